@@ -1,0 +1,297 @@
+"""The detstream configuration: pydantic models that only validate.
+
+Loading is two steps, both pure: ``${VAR}`` interpolation over the parsed YAML
+tree (so an unset variable is reported with its field path), then validation.
+Every error is reported as ``field.path: message`` through :class:`ConfigError`.
+Defaults live here and only here; docs/configuration.md is written from them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from enum import Enum
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from app.errors import ConfigError
+from app.redact import redact_url
+
+NETWORK_SCHEMES = ("rtsp", "rtsps", "http", "https")
+_ID_PATTERN = r"^[A-Za-z0-9_.-]+$"
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class StrictModel(BaseModel):
+    """Base for every config section: unknown keys are mistakes, not extensions."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class SourceMode(str, Enum):
+    """What happens when the pipeline is behind.
+
+    ``live``: drop the oldest waiting frame of that source (bounded latency; cameras).
+    ``file``: block the decoder until there is room (lossless; recorded video).
+    """
+
+    LIVE = "live"
+    FILE = "file"
+
+
+class SourceKind(str, Enum):
+    """Where frames come from; decides default mode and retry behaviour."""
+
+    RTSP = "rtsp"
+    HTTP = "http"
+    FILE = "file"
+    DEVICE = "device"
+
+
+def source_kind(url: str) -> SourceKind:
+    """Classify a source URL without touching the network or the disk."""
+    scheme = urlsplit(url).scheme.lower() if "://" in url else ""
+    if scheme in ("rtsp", "rtsps"):
+        return SourceKind.RTSP
+    if scheme in ("http", "https"):
+        return SourceKind.HTTP
+    if re.fullmatch(r"/dev/video\d+", url):
+        return SourceKind.DEVICE
+    return SourceKind.FILE
+
+
+class BackoffConfig(StrictModel):
+    """Reconnect delays: exponential with full jitter, reset after a stable period."""
+
+    initial_s: float = Field(0.5, gt=0, description="first retry delay cap")
+    max_s: float = Field(30.0, gt=0, description="largest retry delay cap")
+    multiplier: float = Field(2.0, ge=1.0)
+    reset_after_s: float = Field(30.0, ge=0, description="running this long resets the attempt count")
+
+
+class SourceConfig(StrictModel):
+    """One camera, stream or file."""
+
+    id: str | None = Field(None, pattern=_ID_PATTERN, description="unique id; default derived from the URL")
+    url: str = Field(..., min_length=1)
+    mode: SourceMode | None = Field(None, description="live | file; default: file for files, live otherwise")
+    max_fps: float | None = Field(None, gt=0, description="decimate before inference (time based)")
+    transport: Literal["tcp", "udp"] = "tcp"
+    decode: Literal["cpu", "cuda"] = "cpu"
+    realtime: bool = Field(False, description="pace a file at its own frame rate, like a camera")
+    loop: bool = Field(False, description="restart a file at its end; seq continues")
+    open_timeout_s: float = Field(10.0, gt=0)
+    read_timeout_s: float = Field(10.0, gt=0)
+    stall_timeout_s: float = Field(10.0, gt=0, description="no frame for this long: reconnect")
+    max_staleness_ms: float = Field(500.0, gt=0, description="live mode: older frames never reach the engine")
+    reconnect: BackoffConfig = Field(default_factory=BackoffConfig)
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, url: str) -> str:
+        if "://" in url:
+            scheme = urlsplit(url).scheme.lower()
+            if scheme not in (*NETWORK_SCHEMES, "file"):
+                raise ValueError(f"unsupported scheme {scheme!r} (use rtsp, rtsps, http, https, a file path or /dev/videoN)")
+            if scheme in NETWORK_SCHEMES and not urlsplit(url).hostname:
+                raise ValueError(f"malformed URL {redact_url(url)!r}: no host")
+        elif url.startswith("/dev/") and not re.fullmatch(r"/dev/video\d+", url):
+            raise ValueError(f"unsupported device {url!r} (use /dev/videoN)")
+        return url
+
+    @property
+    def kind(self) -> SourceKind:
+        return source_kind(self.url)
+
+    @property
+    def effective_mode(self) -> SourceMode:
+        if self.mode is not None:
+            return self.mode
+        return SourceMode.FILE if self.kind is SourceKind.FILE and not self.realtime else SourceMode.LIVE
+
+    @property
+    def safe_url(self) -> str:
+        return redact_url(self.url)
+
+
+class ModelConfig(StrictModel):
+    """Which detector to run and how to read its outputs."""
+
+    name: str | None = Field("yolov3-tiny", description="a known model name (see `detstream models list`)")
+    path: str | None = Field(None, description="an ONNX file; overrides name")
+    format: Literal["yolov5", "yolov8", "nms"] | None = Field(None, description="output layout; default from metadata")
+    names_file: str | None = Field(None, description="class names, one per line; default from metadata or COCO-80")
+    conf_threshold: float = Field(0.25, ge=0, le=1)
+    iou_threshold: float = Field(0.45, ge=0, le=1)
+    classes: list[str] | None = Field(None, description="keep only these labels")
+    max_detections: int = Field(300, ge=1)
+
+
+class EngineConfig(StrictModel):
+    """The inference stage: backend choice, batching and TensorRT execution."""
+
+    backend: Literal["auto", "tensorrt", "onnxruntime"] = "auto"
+    max_batch: int = Field(8, ge=1, le=256)
+    max_wait_ms: float = Field(10.0, ge=0)
+    contexts: int = Field(2, ge=1, le=16, description="TensorRT execution contexts / CUDA streams")
+    precision: Literal["fp32", "fp16", "int8"] = "fp16"
+    cuda_graphs: bool = True
+    ring_slots: int | None = Field(None, ge=2, description="preallocated frame buffers; default from batch and sources")
+    intra_op_threads: int | None = Field(None, ge=1, description="ONNX Runtime threads; default physical cores")
+    cache_dir: str | None = Field(None, description="TensorRT engine cache; default ~/.cache/detstream/engines")
+    calib: str | None = Field(None, description="INT8 calibration video or folder")
+
+
+class CurveConfig(StrictModel):
+    """CURVE encryption of the result stream; keys are zmq certificate files."""
+
+    server_secret_file: str
+
+
+class PublishConfig(StrictModel):
+    """Where and how detections are published."""
+
+    endpoint: str = "tcp://127.0.0.1:5555"
+    encoding: Literal["json", "msgpack"] = "json"
+    sndhwm: int = Field(10000, ge=1, description="messages queued per subscriber before ZeroMQ drops")
+    linger_ms: int = Field(2000, ge=0)
+    heartbeat_s: float = Field(5.0, gt=0)
+    curve: CurveConfig | None = None
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_shape(cls, endpoint: str) -> str:
+        bare = endpoint.removeprefix("connect+")
+        if not re.match(r"^(tcp|ipc|inproc)://.+", bare):
+            raise ValueError(f"unsupported endpoint {endpoint!r} (use tcp://HOST:PORT, ipc://PATH, or connect+...)")
+        return endpoint
+
+
+class MetricsConfig(StrictModel):
+    """Prometheus /metrics, /healthz and /readyz; off unless a port is given."""
+
+    port: int | None = Field(None, ge=1, le=65535)
+    host: str = "127.0.0.1"
+
+
+class AnnotateConfig(StrictModel):
+    """Annotated MP4 per source plus a few JPEG snapshots, drawn off the hot path."""
+
+    dir: str | None = None
+    snapshots: int = Field(5, ge=0)
+
+
+class LogConfig(StrictModel):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    format: Literal["text", "json"] = "text"
+
+
+class DetstreamConfig(StrictModel):
+    """The whole configuration file."""
+
+    sources: list[SourceConfig] = Field(..., min_length=1)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    publish: PublishConfig = Field(default_factory=PublishConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    annotate: AnnotateConfig = Field(default_factory=AnnotateConfig)
+    tracking: Literal["none", "bytetrack"] = "none"
+    duration_s: float | None = Field(None, gt=0, description="stop after this many seconds")
+    log: LogConfig = Field(default_factory=LogConfig)
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> DetstreamConfig:
+        seen: dict[str, int] = {}
+        for index, source in enumerate(self.sources):
+            if source.id is None:
+                source.id = derive_source_id(source.url, index)
+            if source.id in seen:
+                raise ValueError(f"sources[{index}].id: duplicate id {source.id!r} (also sources[{seen[source.id]}])")
+            seen[source.id] = index
+        return self
+
+
+def derive_source_id(url: str, index: int) -> str:
+    """A readable, stable id for a source that has none: file stem or host_path."""
+    if source_kind(url) is SourceKind.FILE:
+        stem = Path(url.removeprefix("file://")).stem
+    else:
+        parts = urlsplit(url)
+        stem = f"{parts.hostname or 'src'}{parts.path}"
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", stem).strip("_.") or f"source{index}"
+    return slug[:64]
+
+
+def shard_of(source_id: str, shards: int) -> int:
+    """Stable shard number of a source id (same on every machine and Python run)."""
+    digest = hashlib.sha256(source_id.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % shards
+
+
+def interpolate_env(tree: Any, env: dict[str, str], path: str = "") -> Any:
+    """Replace ``${VAR}`` in every string of a parsed YAML tree; unset names raise with the field path."""
+    if isinstance(tree, dict):
+        return {key: interpolate_env(value, env, f"{path}.{key}" if path else str(key)) for key, value in tree.items()}
+    if isinstance(tree, list):
+        return [interpolate_env(value, env, f"{path}[{i}]") for i, value in enumerate(tree)]
+    if isinstance(tree, str):
+        def _lookup(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name not in env:
+                raise ConfigError(f"{path}: environment variable ${{{name}}} is not set")
+            return env[name]
+
+        return _ENV_REF.sub(_lookup, tree)
+    return tree
+
+
+def format_validation_error(error: ValidationError) -> str:
+    """One line per problem, each ``field.path: message (got VALUE)``."""
+    lines = []
+    for item in error.errors():
+        path = ""
+        for part in item["loc"]:
+            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        message = item["msg"].removeprefix("Value error, ")
+        value = item.get("input")
+        shown = "" if isinstance(value, (dict, list)) or item["type"] == "missing" else f" (got {redact_url(repr(value))})"
+        lines.append(f"{path or 'config'}: {message}{shown}")
+    return "; ".join(lines)
+
+
+def parse_config(tree: Any, env: dict[str, str] | None = None) -> DetstreamConfig:
+    """Validate an already-parsed YAML tree (after ``${VAR}`` interpolation)."""
+    if not isinstance(tree, dict):
+        raise ConfigError(f"config: expected a mapping at the top level, got {type(tree).__name__}")
+    resolved = interpolate_env(tree, dict(os.environ) if env is None else env)
+    try:
+        return DetstreamConfig.model_validate(resolved)
+    except ValidationError as error:
+        raise ConfigError(format_validation_error(error)) from None
+
+
+def load_config(path: str | Path, env: dict[str, str] | None = None) -> DetstreamConfig:
+    """Read and validate a YAML config file."""
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as error:
+        raise ConfigError(f"{file}: cannot read config ({error.strerror or error})") from None
+    try:
+        tree = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{file}: not valid YAML ({str(error).splitlines()[0]})") from None
+    return parse_config(tree, env)
+
+
+def masked_dump(config: DetstreamConfig) -> str:
+    """The resolved config as YAML with credentials masked, for `config check`."""
+    data = config.model_dump(mode="json")
+    for source in data["sources"]:
+        source["url"] = redact_url(source["url"])
+    return yaml.safe_dump(data, sort_keys=False)

@@ -1,0 +1,62 @@
+"""The Engine interface every inference backend implements.
+
+The GPU stage (runs on thread ``detstream.engine``) calls :meth:`Engine.submit`
+with views into ring slots and gets a handle back at once; the postprocess
+thread calls :meth:`InferenceHandle.wait` in submission order. A synchronous
+backend (ONNX Runtime) computes inside ``submit`` and returns a done handle;
+TensorRT enqueues on one of its contexts' CUDA streams and returns a handle
+that waits on an event, so copies of batch k+1 overlap compute of batch k.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+import numpy as np
+
+from app.types import ModelSpec
+
+
+class InferenceHandle(ABC):
+    """Completion of one submitted batch."""
+
+    @abstractmethod
+    def wait(self) -> list[np.ndarray]:
+        """Block until done; return the model outputs, each with leading dim = frames submitted.
+
+        The arrays may be reused by the engine after the next ``wait`` on the
+        same engine: copy what must outlive that (postprocess does).
+        Raises :class:`app.errors.EngineError` when this batch failed.
+        """
+
+
+class Engine(ABC):
+    """A loaded model on one backend.
+
+    ``backend`` is what messages carry in ``engine`` (e.g.
+    ``onnxruntime:CPUExecutionProvider``, ``tensorrt:fp16``). ``batch_sizes``
+    are the sizes the engine runs natively (profiles / graphs / static batch),
+    ascending; the batcher closes batches at most ``max(batch_sizes)`` large.
+    """
+
+    backend: str
+    spec: ModelSpec
+    batch_sizes: tuple[int, ...]
+
+    @abstractmethod
+    def submit(self, frames: Sequence[np.ndarray]) -> InferenceHandle:
+        """Start inference on ``frames``, each ``(3, H, W)`` float32 (views into ring slots).
+
+        The caller keeps the frames unmodified until the returned handle's
+        ``wait`` has returned. ``len(frames)`` may be any size up to
+        ``max(batch_sizes)``; the engine pads or splits to what it runs.
+        """
+
+    def warmup(self) -> None:
+        """Run once on zeros so that the first real frame is not slow (lazy allocations, graph capture)."""
+        zeros = np.zeros((3, self.spec.input_height, self.spec.input_width), np.float32)
+        self.submit([zeros]).wait()
+
+    def close(self) -> None:
+        """Release device memory, contexts and sessions. Idempotent."""

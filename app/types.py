@@ -1,0 +1,125 @@
+"""Data that flows through the pipeline, one way: decoder → ring → engine → postprocess → publish.
+
+Coordinate frames are named: ``input`` pixels are the model's letterboxed
+input (e.g. 416×416); ``frame`` pixels are the original decoded frame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+OutputLayout = Literal["yolov5", "yolov8", "nms"]
+
+
+@dataclass(frozen=True, slots=True)
+class Letterbox:
+    """How a frame was fitted into the model input: ``x_input = x_frame * scale + pad_x``.
+
+    ``src_width``/``src_height`` are the frame's own size, which may change
+    mid-stream (a camera switching resolution); each frame carries its own.
+    """
+
+    scale: float
+    pad_x: float
+    pad_y: float
+    src_width: int
+    src_height: int
+
+    def to_frame(self, xyxy_input: np.ndarray) -> np.ndarray:
+        """Map ``(n, 4)`` input-pixel boxes to frame pixels, clipped to the frame (float32)."""
+        out = np.empty_like(xyxy_input, dtype=np.float32)
+        out[:, 0::2] = (xyxy_input[:, 0::2] - self.pad_x) / self.scale
+        out[:, 1::2] = (xyxy_input[:, 1::2] - self.pad_y) / self.scale
+        np.clip(out[:, 0::2], 0, self.src_width, out=out[:, 0::2])
+        np.clip(out[:, 1::2], 0, self.src_height, out=out[:, 1::2])
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """What the pipeline needs to know about a model, read from the ONNX file (and config overrides).
+
+    ``input_height``/``input_width`` are the network input in pixels; input is
+    RGB float32 NCHW, ``pixel * scale`` (1/255 for YOLO). ``static_batch`` is
+    the fixed batch dimension of the model, or None when it is dynamic.
+    """
+
+    name: str
+    path: str
+    input_name: str
+    input_height: int
+    input_width: int
+    layout: OutputLayout
+    class_names: tuple[str, ...]
+    static_batch: int | None = None
+    scale: float = 1.0 / 255.0
+    sha256: str = ""
+
+
+@dataclass(slots=True)
+class FrameMeta:
+    """Everything known about one decoded frame besides its pixels (which live in a ring slot).
+
+    Times: ``captured_at`` is wall-clock epoch seconds (for subscribers);
+    ``t_*`` are ``time.monotonic()`` seconds (for latencies).
+    ``image`` is the original BGR frame ``(H, W, 3) uint8``, kept only when a
+    sink (annotation) needs it, else None.
+    """
+
+    stream_id: str
+    seq: int
+    pts_s: float | None
+    captured_at: float
+    t_captured: float
+    decode_ms: float
+    letterbox: Letterbox
+    dropped_before: int = 0
+    t_ready: float = 0.0
+    image: np.ndarray | None = None
+
+
+@dataclass(slots=True)
+class Detections:
+    """Detections of one frame as parallel arrays, in frame pixels.
+
+    ``xyxy``: ``(n, 4)`` float32, x1 < x2, y1 < y2, clipped to the frame.
+    ``scores``: ``(n,)`` float32. ``class_ids``: ``(n,)`` int32.
+    ``track_ids``: ``(n,)`` int64, -1 where untracked.
+    """
+
+    xyxy: np.ndarray
+    scores: np.ndarray
+    class_ids: np.ndarray
+    track_ids: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+
+    def __post_init__(self) -> None:
+        n = len(self.scores)
+        if self.xyxy.shape != (n, 4) or self.class_ids.shape != (n,):
+            raise ValueError(f"Detections: xyxy {self.xyxy.shape}, class_ids {self.class_ids.shape} for {n} scores")
+        if self.track_ids.shape != (n,):
+            self.track_ids = np.full(n, -1, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    @classmethod
+    def empty(cls) -> Detections:
+        return cls(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32))
+
+    def select(self, mask: np.ndarray) -> Detections:
+        """A new object holding the rows where ``mask`` is true."""
+        return Detections(self.xyxy[mask], self.scores[mask], self.class_ids[mask], self.track_ids[mask])
+
+
+@dataclass(slots=True)
+class FrameResult:
+    """One frame's outcome, ready to publish."""
+
+    meta: FrameMeta
+    detections: Detections
+    queue_ms: float
+    infer_ms: float
+    post_ms: float = 0.0
