@@ -1,0 +1,215 @@
+"""Admission and batching: between decoder threads and the engine thread.
+
+Decoders ask for a slot (:meth:`Batcher.acquire`), fill it, and
+:meth:`commit` it; the engine thread takes batches with :meth:`next_batch`.
+
+Policies per stream (:class:`app.config.SourceMode`):
+
+* ``file``: lossless. A stream that holds its whole quota of slots waits
+  (backpressure into the decoder, so the file is simply read slower).
+* ``live``: never blocks the decoder. A stream over quota gets its own oldest
+  waiting frame's slot back (that frame is dropped and counted); frames older
+  than ``max_staleness_s`` are dropped instead of being batched.
+
+Fairness: each stream may hold at most ``quota`` slots (waiting, filling or in
+flight), so a bursting camera cannot take the ring from the others; batches
+take one frame per stream per pass, round-robin, starting after the stream
+that went first last time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from app.ring import FrameRing, Slot, SlotState
+from app.types import FrameMeta
+
+
+@dataclass
+class _Stream:
+    stream_id: str
+    live: bool
+    max_staleness_s: float
+    ready: deque[Slot] = field(default_factory=deque)
+    held: int = 0
+    dropped: int = 0
+    closed: bool = False
+    end_reported: bool = False
+
+
+@dataclass
+class Batch:
+    """Slots taken together for one engine call, plus streams whose last frame has been taken.
+
+    ``ended`` lists streams that are closed and have nothing left waiting: the
+    postprocess thread publishes their terminal status after this batch's
+    results, so that `ended` always follows the stream's last detection.
+    """
+
+    slots: list[Slot]
+    ended: list[str]
+    t_closed: float
+
+
+class Batcher:
+    """Per-stream ready queues over one :class:`FrameRing`; thread-safe."""
+
+    def __init__(self, ring: FrameRing, max_batch: int, max_wait_s: float, quota: int) -> None:
+        self.ring = ring
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_s
+        self.quota = max(1, quota)
+        self._streams: dict[str, _Stream] = {}
+        self._order: list[str] = []
+        self._next = 0
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+
+    # -- registration ------------------------------------------------------
+    def add_stream(self, stream_id: str, live: bool, max_staleness_s: float = 0.5) -> None:
+        with self._lock:
+            self._streams[stream_id] = _Stream(stream_id, live, max_staleness_s)
+            self._order.append(stream_id)
+
+    def close_stream(self, stream_id: str) -> None:
+        """No more frames will come from this stream (end of file, failure, stop)."""
+        with self._changed:
+            self._streams[stream_id].closed = True
+            self._changed.notify_all()
+
+    def dropped(self, stream_id: str) -> int:
+        return self._streams[stream_id].dropped
+
+    def count_drop(self, stream_id: str, frames: int = 1) -> None:
+        """Record frames lost outside the ring (decoded with no slot to go to, failed batches)."""
+        with self._lock:
+            self._streams[stream_id].dropped += frames
+
+    # -- decoder side (runs on detstream.decode.<id>) -----------------------
+    def acquire(self, stream_id: str, stop: threading.Event, poll_s: float = 0.1) -> Slot | None:
+        """A slot to fill for ``stream_id``; None when stopping or (live) when nothing can be reclaimed."""
+        stream = self._streams[stream_id]
+        with self._changed:
+            while not stop.is_set():
+                slot = self._take_within_quota(stream)
+                if slot is not None:
+                    return slot
+                if stream.live:
+                    return self._reclaim_oldest(stream)
+                self._changed.wait(poll_s)
+            return None
+
+    def _take_within_quota(self, stream: _Stream) -> Slot | None:
+        if stream.held >= self.quota:
+            return None
+        slot = self.ring.try_acquire(stream.stream_id)
+        if slot is not None:
+            stream.held += 1
+        return slot
+
+    def _reclaim_oldest(self, stream: _Stream) -> Slot | None:
+        if not stream.ready:
+            return None
+        slot = stream.ready.popleft()
+        stream.dropped += 1
+        self.ring.transition(slot, SlotState.FILLING)
+        slot.meta = None
+        return slot
+
+    def commit(self, slot: Slot, meta: FrameMeta) -> None:
+        """The slot holds a letterboxed frame: queue it for batching."""
+        meta.t_ready = time.monotonic()
+        slot.meta = meta
+        with self._changed:
+            self.ring.transition(slot, SlotState.READY)
+            self._streams[meta.stream_id].ready.append(slot)
+            self._changed.notify_all()
+
+    def abandon(self, slot: Slot) -> None:
+        """Give back a slot that was not filled (decode error, stop)."""
+        self.release([slot])
+
+    # -- postprocess side -------------------------------------------------
+    def release(self, slots: list[Slot]) -> None:
+        """Return slots to the ring once their frames are done (or given up)."""
+        with self._changed:
+            for slot in slots:
+                self._streams[slot.owner].held -= 1
+                self.ring.transition(slot, SlotState.FREE)
+            self._changed.notify_all()
+
+    # -- engine side (runs on detstream.engine) ----------------------------
+    def next_batch(self, stop: threading.Event, max_batch: int | None = None) -> Batch | None:
+        """The next batch: closes when full or ``max_wait_s`` after its first frame.
+
+        Returns None once every stream is closed and drained (the end of the
+        run), or when ``stop`` is set and nothing is waiting.
+        """
+        limit = max_batch or self.max_batch
+        taken: list[Slot] = []
+        ended: list[str] = []
+        deadline = None
+        with self._changed:
+            while True:
+                self._take_round_robin(taken, limit)
+                ended.extend(self._newly_ended())
+                now = time.monotonic()
+                if taken and deadline is None:
+                    deadline = now + self.max_wait_s
+                if len(taken) >= limit or (taken and (now >= deadline or self._all_closed())):
+                    break
+                if not taken and (ended or self._all_done() or stop.is_set()):
+                    break
+                self._changed.wait(0.05 if deadline is None else max(0.0, deadline - now))
+        if not taken and not ended:
+            return None
+        return Batch(taken, ended, time.monotonic())
+
+    def _take_round_robin(self, taken: list[Slot], limit: int) -> None:
+        now = time.monotonic()
+        progressed = True
+        while len(taken) < limit and progressed:
+            progressed = False
+            count = len(self._order)
+            for step in range(count):
+                if len(taken) >= limit:
+                    break
+                stream = self._streams[self._order[(self._next + step) % count]]
+                slot = self._pop_fresh(stream, now)
+                if slot is not None:
+                    self.ring.transition(slot, SlotState.IN_FLIGHT)
+                    taken.append(slot)
+                    progressed = True
+            self._next = (self._next + 1) % max(1, count)
+
+    def _pop_fresh(self, stream: _Stream, now: float) -> Slot | None:
+        while stream.ready:
+            slot = stream.ready.popleft()
+            if not stream.live or now - slot.meta.t_captured <= stream.max_staleness_s:
+                return slot
+            stream.dropped += 1
+            stream.held -= 1
+            self.ring.transition(slot, SlotState.FREE)
+        return None
+
+    def _newly_ended(self) -> list[str]:
+        done = []
+        for stream in self._streams.values():
+            if stream.closed and not stream.ready and not stream.end_reported:
+                stream.end_reported = True
+                done.append(stream.stream_id)
+        return done
+
+    def _all_closed(self) -> bool:
+        """No more frames can arrive: waiting for the batch window would only add latency."""
+        return all(s.closed for s in self._streams.values())
+
+    def _all_done(self) -> bool:
+        return all(s.closed and not s.ready for s in self._streams.values())
+
+    def waiting(self) -> int:
+        with self._lock:
+            return sum(len(s.ready) for s in self._streams.values())

@@ -1,0 +1,116 @@
+"""FrameRing: a fixed pool of model-input buffers, allocated once.
+
+Each slot moves FREE → FILLING (a decoder letterboxes into it) → READY (queued
+for a batch) → IN_FLIGHT (the engine reads it) → FREE (postprocess is done).
+Exactly one thread owns a slot in each state, so the pixels are never copied
+between stages and steady state allocates nothing. The memory comes from an
+allocator: page-locked (``cudaHostAlloc``) when CUDA is usable, so that H2D
+copies are DMA; 64-byte-aligned numpy otherwise.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import numpy as np
+
+from app.errors import StateError
+from app.types import FrameMeta
+
+Allocator = Callable[[tuple[int, ...]], np.ndarray]
+
+
+class SlotState(IntEnum):
+    FREE = 0
+    FILLING = 1
+    READY = 2
+    IN_FLIGHT = 3
+
+
+_NEXT_STATE = {
+    SlotState.FREE: (SlotState.FILLING,),
+    SlotState.FILLING: (SlotState.READY, SlotState.FREE),
+    SlotState.READY: (SlotState.IN_FLIGHT, SlotState.FREE, SlotState.FILLING),
+    SlotState.IN_FLIGHT: (SlotState.FREE,),
+}
+
+
+@dataclass(eq=False)
+class Slot:
+    """One preallocated ``(3, H, W) float32`` buffer and the frame it currently holds."""
+
+    index: int
+    array: np.ndarray
+    state: SlotState = SlotState.FREE
+    owner: str = ""
+    meta: FrameMeta | None = field(default=None, repr=False)
+
+
+def aligned_empty(shape: tuple[int, ...], alignment: int = 64) -> np.ndarray:
+    """A float32 array whose data starts on an ``alignment``-byte boundary (SIMD and DMA friendly)."""
+    nbytes = int(np.prod(shape)) * 4
+    raw = np.empty(nbytes + alignment, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % alignment
+    return raw[offset:offset + nbytes].view(np.float32).reshape(shape)
+
+
+class FrameRing:
+    """The pool of slots; thread-safe transitions guarded by one lock.
+
+    ``owner`` records which stream holds a slot, so that per-stream quotas
+    (fairness) can be enforced by the batcher.
+    """
+
+    def __init__(self, slots: int, height: int, width: int, allocator: Allocator = aligned_empty) -> None:
+        if slots < 1:
+            raise ValueError(f"FrameRing needs at least one slot, got {slots}")
+        self.buffer = allocator((slots, 3, height, width))
+        self.slots = [Slot(i, self.buffer[i]) for i in range(slots)]
+        self._free: deque[int] = deque(range(slots))
+        self._lock = threading.Lock()
+        self._freed = threading.Condition(self._lock)
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    @property
+    def free_count(self) -> int:
+        return len(self._free)
+
+    def occupancy(self) -> float:
+        """Fraction of slots not free (a gauge for metrics)."""
+        return 1.0 - len(self._free) / len(self.slots)
+
+    def try_acquire(self, owner: str) -> Slot | None:
+        """Take a free slot for filling, or None at once when there is none."""
+        with self._lock:
+            return self._take_free(owner)
+
+    def acquire(self, owner: str, timeout_s: float) -> Slot | None:
+        """Take a free slot, waiting up to ``timeout_s``; None if none freed in time."""
+        with self._freed:
+            if not self._free:
+                self._freed.wait_for(lambda: bool(self._free), timeout=timeout_s)
+            return self._take_free(owner)
+
+    def _take_free(self, owner: str) -> Slot | None:
+        if not self._free:
+            return None
+        slot = self.slots[self._free.popleft()]
+        slot.state, slot.owner, slot.meta = SlotState.FILLING, owner, None
+        return slot
+
+    def transition(self, slot: Slot, state: SlotState) -> None:
+        """Move a slot to ``state``; FREE returns it to the pool and wakes waiters."""
+        with self._lock:
+            if state not in _NEXT_STATE[slot.state]:
+                raise StateError(f"slot {slot.index}: {slot.state.name} -> {state.name} is not allowed")
+            slot.state = state
+            if state is SlotState.FREE:
+                slot.owner, slot.meta = "", None
+                self._free.append(slot.index)
+                self._freed.notify()
