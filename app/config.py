@@ -161,6 +161,7 @@ class PublishConfig(StrictModel):
     sndhwm: int = Field(10000, ge=1, description="messages queued per subscriber before ZeroMQ drops")
     linger_ms: int = Field(2000, ge=0)
     heartbeat_s: float = Field(5.0, gt=0)
+    startup_wait_s: float = Field(1.0, ge=0, description="wait this long for a first subscriber (slow joiner)")
     curve: CurveConfig | None = None
 
     @field_validator("endpoint")

@@ -1,0 +1,7 @@
+"""``python -m app`` is the ``detstream`` command."""
+
+import sys
+
+from app.cli import main
+
+sys.exit(main())

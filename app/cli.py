@@ -1,0 +1,163 @@
+"""Command-line interface (CONTRACT.md): parse arguments, then hand off to one module per command.
+
+Every fatal error is one line on stderr naming what is wrong, and a non-zero
+exit code: 2 for configuration/model/endpoint problems found before the run,
+1 when the run ended with a failed source, 130 on a forced (second) signal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from app.errors import DetstreamError
+
+logger = logging.getLogger("detstream")
+
+EXIT_FAILED_SOURCE = 1
+EXIT_CONFIG = 2
+
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run the pipeline (no CONFIG: the built-in demo)")
+    p.add_argument("config", nargs="?", help="YAML config file")
+    p.add_argument("--source", action="append", metavar="[ID=]URL",
+                   help="replaces the config's sources; repeatable (rtsp://, http(s)://, file, /dev/videoN)")
+    p.add_argument("--publish", metavar="ENDPOINT", help="e.g. tcp://127.0.0.1:5555 or connect+tcp://proxy:5556")
+    p.add_argument("--model", metavar="NAME_OR_PATH", help="known model name or an .onnx path")
+    p.add_argument("--engine", choices=["auto", "tensorrt", "onnxruntime"])
+    p.add_argument("--max-batch", type=int, metavar="N")
+    p.add_argument("--annotate", metavar="DIR", help="write annotated MP4s and JPEG snapshots here")
+    p.add_argument("--realtime", action="store_true", help="pace files at their frame rate, like a camera")
+    p.add_argument("--loop", action="store_true", help="restart files at the end (seq continues)")
+    p.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long")
+    p.add_argument("--metrics-port", type=int, metavar="PORT", help="serve /metrics, /healthz, /readyz")
+    p.add_argument("--shard", metavar="I/N", help="take only the sources whose stable id hash falls in shard I")
+    p.add_argument("--encoding", choices=["json", "msgpack"])
+    p.add_argument("--tracking", choices=["none", "bytetrack"])
+    p.add_argument("--models-dir", type=Path, default=Path("models"))
+    p.add_argument("--no-progress", action="store_true", help="plain periodic log lines instead of a live line")
+    p.add_argument("--log-format", dest="run_log_format", choices=["text", "json"], help="json: one object per line")
+
+
+def _add_subscribe(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("subscribe", help="print messages from a publisher")
+    p.add_argument("endpoint", nargs="?", default="tcp://127.0.0.1:5555")
+    p.add_argument("--stream", action="append", default=[], metavar="ID", help="only this stream; repeatable")
+    p.add_argument("--format", choices=["table", "json", "jsonl"], default="table")
+    p.add_argument("--count", type=int, metavar="N", help="stop after N detection messages")
+    p.add_argument("--timeout", type=float, metavar="SECONDS", help="stop after this long")
+    p.add_argument("--out", type=Path, metavar="FILE.jsonl", help="also record every message here")
+
+
+def _add_models(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("models", help="fetch or list models")
+    msub = p.add_subparsers(dest="models_command", required=True)
+    f = msub.add_parser("fetch", help="fetch and convert the default model into models/")
+    f.add_argument("--models-dir", type=Path, default=Path("models"))
+    f.add_argument("--clips", action="store_true", help="also fetch the demo/test clips into the cache")
+    ls = msub.add_parser("list", help="list known models and where they are")
+    ls.add_argument("--models-dir", type=Path, default=Path("models"))
+
+
+def _add_tools(sub: argparse._SubParsersAction) -> None:
+    b = sub.add_parser("build-engine", help="build and cache a TensorRT engine (needs an NVIDIA GPU)")
+    b.add_argument("model", type=Path)
+    b.add_argument("--fp16", action="store_true")
+    b.add_argument("--int8", action="store_true")
+    b.add_argument("--calib", type=Path, metavar="PATH_TO_FRAMES_OR_VIDEO")
+    b.add_argument("--batch", default="1:4:8", metavar="MIN:OPT:MAX")
+    b.add_argument("--cache-dir", type=Path)
+
+    q = sub.add_parser("quantize", help="make a static INT8 (QDQ) model calibrated on your footage")
+    q.add_argument("model", type=Path)
+    q.add_argument("--calib", type=Path, required=True, metavar="VIDEO_OR_DIR")
+    q.add_argument("--out", type=Path)
+    q.add_argument("--frames", type=int, default=100)
+
+    x = sub.add_parser("proxy", help="XSUB/XPUB fan-in: workers connect to the frontend, subscribers to the backend")
+    x.add_argument("--frontend", default="tcp://127.0.0.1:5556")
+    x.add_argument("--backend", default="tcp://127.0.0.1:5555")
+
+    c = sub.add_parser("config", help="configuration tools")
+    csub = c.add_subparsers(dest="config_command", required=True)
+    check = csub.add_parser("check", help="validate a config and print it resolved, secrets masked")
+    check.add_argument("file", type=Path)
+
+    bench = sub.add_parser("bench", help="run the benchmarks of BENCHMARKS.md")
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="passed to scripts/bench.py (see --help there)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="detstream", description="Streaming object detection over ZeroMQ.")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--log-format", default=None, choices=["text", "json"])
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_run(sub)
+    _add_subscribe(sub)
+    _add_models(sub)
+    _add_tools(sub)
+    return parser
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "run":
+        from app.runner import run_command
+
+        return run_command(args)
+    if args.command == "subscribe":
+        from app.subscribe.render import run_subscribe
+
+        return run_subscribe(args.endpoint, args.stream, args.format, args.count, args.timeout, args.out)
+    if args.command == "models":
+        from app.model_commands import models_command
+
+        return models_command(args)
+    if args.command == "build-engine":
+        from app.engines.trt_build import build_engine_main
+
+        low, opt, high = (int(v) for v in args.batch.split(":"))
+        build_engine_main(args.model, fp16=args.fp16, int8=args.int8, calib=args.calib, batch=(low, opt, high),
+                          cache_dir=args.cache_dir, progress=True)
+        return 0
+    if args.command == "quantize":
+        from app.models.quantize import quantize_model
+
+        out = quantize_model(args.model, args.calib, args.out, frames=args.frames)
+        print(f"wrote {out}")
+        return 0
+    if args.command == "proxy":
+        from app.publish.proxy import run_proxy
+
+        run_proxy(args.frontend, args.backend)
+        return 0
+    if args.command == "config":
+        from app.config import load_config, masked_dump
+
+        print(masked_dump(load_config(args.file)), end="")
+        return 0
+    if args.command == "bench":
+        from app.bench import bench_command
+
+        return bench_command(args.args)
+    raise AssertionError(args.command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from app.logs import setup_logging
+
+    setup_logging(args.log_level, getattr(args, "run_log_format", None) or args.log_format or "text")
+    try:
+        return _dispatch(args)
+    except DetstreamError as error:
+        print(f"detstream: error: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""``detstream run``: turn arguments into a config, run the pipeline, map the outcome to an exit code.
+
+Runs on the main thread, which also owns signal handling and the progress
+display. First SIGINT/SIGTERM: stop sources, drain, publish, exit 0. Second:
+exit at once (130).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from app.config import DetstreamConfig, load_config, parse_config, shard_of
+from app.errors import ConfigError
+from app.pipeline import Pipeline
+from app.stages.progress import ProgressReporter
+
+logger = logging.getLogger("detstream")
+
+DRAIN_TIMEOUT_S = 5.0
+_ID_PREFIX = re.compile(r"^([A-Za-z0-9_.-]+)=(.+)$")
+
+
+def parse_source_arg(text: str) -> dict[str, str]:
+    """``[ID=]URL`` → a source tree; ``=`` inside a URL's query is not mistaken for an id."""
+    match = _ID_PREFIX.match(text)
+    if match and "://" not in match.group(1) and "/" not in match.group(1):
+        return {"id": match.group(1), "url": match.group(2)}
+    return {"url": text}
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    match = re.fullmatch(r"(\d+)/(\d+)", text or "")
+    if not match or int(match.group(2)) < 1 or int(match.group(1)) >= int(match.group(2)):
+        raise ConfigError(f"--shard: expected I/N with 0 <= I < N, got {text!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def _overrides(args: argparse.Namespace, tree: dict[str, Any]) -> dict[str, Any]:
+    """Apply command-line options on top of a config tree (options win)."""
+    if args.source:
+        tree["sources"] = [parse_source_arg(s) for s in args.source]
+    for source in tree.get("sources", []):
+        if args.realtime:
+            source["realtime"] = True
+        if args.loop:
+            source["loop"] = True
+    sections = {"publish": {"endpoint": args.publish, "encoding": args.encoding},
+                "engine": {"backend": args.engine, "max_batch": args.max_batch},
+                "metrics": {"port": args.metrics_port}, "annotate": {"dir": args.annotate}}
+    for section, values in sections.items():
+        for key, value in values.items():
+            if value is not None:
+                tree.setdefault(section, {})[key] = value
+    if args.model:
+        looks_like_path = args.model.endswith(".onnx") or os.sep in args.model
+        tree["model"] = {**tree.get("model", {}), "name": None if looks_like_path else args.model,
+                         "path": args.model if looks_like_path else None}
+    if args.duration is not None:
+        tree["duration_s"] = args.duration
+    if args.tracking:
+        tree["tracking"] = args.tracking
+    return tree
+
+
+def build_config(args: argparse.Namespace) -> DetstreamConfig:
+    """Config file (or the built-in demo, or defaults with --source) plus overrides."""
+    if args.config:
+        base = load_config(args.config).model_dump(mode="json", exclude_unset=True)
+    elif args.source:
+        base = {}
+    else:
+        from app.demo import demo_config
+
+        base = demo_config().model_dump(mode="json", exclude_unset=True)
+    return parse_config(_overrides(args, base), env={})
+
+
+def _select_shard(config: DetstreamConfig, shard: str | None) -> DetstreamConfig | None:
+    if not shard:
+        return config
+    index, count = parse_shard(shard)
+    mine = [s for s in config.sources if shard_of(s.id, count) == index]
+    logger.info("shard %d/%d: %d of %d sources (%s)", index, count, len(mine), len(config.sources),
+                ", ".join(s.id for s in mine) or "none")
+    if not mine:
+        return None
+    return config.model_copy(update={"sources": mine})
+
+
+def _install_signals(pipeline: Pipeline) -> None:
+    def handler(signum: int, _frame: object) -> None:
+        if pipeline._stop.is_set():
+            logger.warning("second signal: exiting now")
+            os._exit(130)
+        logger.info("%s: stopping (again to force)", signal.Signals(signum).name)
+        pipeline.stop()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _serve_metrics(config: DetstreamConfig, pipeline: Pipeline):
+    if config.metrics.port is None:
+        return None
+    from app.health import HealthServer
+
+    server = HealthServer(pipeline, config.metrics.host, config.metrics.port)
+    server.start()
+    return server
+
+
+def run_command(args: argparse.Namespace) -> int:
+    config = build_config(args)
+    config = _select_shard(config, args.shard)
+    if config is None:
+        return 0
+    from app.logs import setup_logging
+
+    if not args.run_log_format and config.log.format == "json":
+        setup_logging(args.log_level, "json")
+    pipeline = Pipeline(config, models_dir=args.models_dir)
+    _install_signals(pipeline)
+    pipeline.start()
+    server = _serve_metrics(config, pipeline)
+    try:
+        _wait(pipeline, config, interactive=False if args.no_progress else None)
+    finally:
+        pipeline.close()
+        if server is not None:
+            server.stop()
+    return _exit_code(pipeline)
+
+
+def _wait(pipeline: Pipeline, config: DetstreamConfig, interactive: bool | None) -> None:
+    totals = {s.stream_id: s.total_frames for s in pipeline.sources}
+    started = time.monotonic()
+    stop_at = None
+    with ProgressReporter(pipeline.results.progress, totals, interactive=interactive) as progress:
+        while not pipeline.done():
+            progress.update()
+            now = time.monotonic()
+            if config.duration_s is not None and now - started >= config.duration_s:
+                pipeline.stop()
+            if pipeline._stop.is_set() and stop_at is None:
+                stop_at = now
+            if stop_at is not None and now - stop_at > DRAIN_TIMEOUT_S:
+                logger.warning("drain took more than %.0f s; forcing exit", DRAIN_TIMEOUT_S)
+                pipeline.force_stop()
+                pipeline.wait(2.0)
+                break
+            time.sleep(0.2)
+
+
+def _exit_code(pipeline: Pipeline) -> int:
+    report = pipeline.report()
+    for stream_id, count in report.published.items():
+        logger.info("%s: published %d frames, dropped %d, %s", stream_id, count, report.dropped[stream_id],
+                    report.states[stream_id])
+    if report.failed:
+        for stream_id, reason in report.failed.items():
+            print(f"detstream: error: source {stream_id!r} failed: {reason}", file=sys.stderr)
+        return 1
+    return 0
+
+
+__all__ = ["run_command", "build_config", "parse_source_arg", "parse_shard", "Path"]

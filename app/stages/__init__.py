@@ -1,0 +1,1 @@
+"""The threads between the batcher and the subscribers: engine, results, annotation, progress."""

@@ -1,0 +1,141 @@
+"""Annotated H.264 MP4 per source plus a few JPEG snapshots, off the hot path.
+
+Runs on thread ``detstream.annotate``; the postprocess thread only enqueues
+(frame, detections). File sources enqueue with backpressure so the video has
+every frame; live sources drop (and count) rather than slow inference.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+
+from app.types import FrameResult
+
+logger = logging.getLogger(__name__)
+
+_PALETTE = np.array([(56, 56, 255), (151, 157, 255), (31, 112, 255), (29, 178, 255), (49, 210, 207),
+                     (10, 249, 72), (23, 204, 146), (134, 219, 61), (52, 147, 26), (187, 212, 0)], np.uint8)
+
+
+def draw_detections(image: np.ndarray, result: FrameResult, class_names: tuple[str, ...]) -> np.ndarray:
+    """Boxes, labels and scores drawn onto a copy of ``image`` (BGR)."""
+    canvas = image.copy()
+    dets = result.detections
+    for (x1, y1, x2, y2), score, class_id, track_id in zip(dets.xyxy, dets.scores, dets.class_ids,
+                                                            dets.track_ids, strict=True):
+        color = tuple(int(c) for c in _PALETTE[int(class_id) % len(_PALETTE)])
+        label = f"{class_names[int(class_id)]} {score:.2f}" + (f" #{track_id}" if track_id >= 0 else "")
+        cv2.rectangle(canvas, (int(x1), int(y1)), (int(x2), int(y2)), color, 2)
+        (tw, th), _ = cv2.getTextSize(label, cv2.FONT_HERSHEY_SIMPLEX, 0.45, 1)
+        cv2.rectangle(canvas, (int(x1), max(0, int(y1) - th - 4)), (int(x1) + tw + 2, int(y1)), color, -1)
+        cv2.putText(canvas, label, (int(x1) + 1, max(th, int(y1) - 3)), cv2.FONT_HERSHEY_SIMPLEX, 0.45,
+                    (255, 255, 255), 1, cv2.LINE_AA)
+    return canvas
+
+
+@dataclass
+class _Writer:
+    container: av.container.OutputContainer
+    stream: av.video.stream.VideoStream
+    size: tuple[int, int]
+    frames: int = 0
+
+
+class AnnotateSink:
+    """Owns thread ``detstream.annotate`` and every output file it writes."""
+
+    def __init__(self, out_dir: Path, class_names: tuple[str, ...], snapshots: int,
+                 expected_frames: dict[str, int | None], fps: float = 10.0, queue_size: int = 64) -> None:
+        self.out_dir = out_dir
+        self.dropped = 0
+        self._names = class_names
+        self._snapshots = snapshots
+        self._expected = expected_frames
+        self._fps = fps
+        self._queue: queue.Queue[tuple[FrameResult, bool] | None] = queue.Queue(maxsize=queue_size)
+        self._writers: dict[str, _Writer] = {}
+        self._snapshot_count: dict[str, int] = {}
+        self._thread = threading.Thread(target=self._run, name="detstream.annotate", daemon=True)
+
+    def start(self) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._thread.start()
+
+    def submit(self, result: FrameResult, lossless: bool) -> None:
+        """Called on the postprocess thread; blocks only for lossless (file) sources."""
+        if result.meta.image is None:
+            return
+        if lossless:
+            self._queue.put((result, lossless))
+            return
+        try:
+            self._queue.put_nowait((result, lossless))
+        except queue.Full:
+            self.dropped += 1
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Finish queued frames and close every file (the MP4 index is written here)."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        try:
+            while (item := self._queue.get()) is not None:
+                self._write(item[0])
+        except Exception:
+            logger.exception("annotation sink failed; detections are still published")
+        finally:
+            for stream_id, writer in self._writers.items():
+                self._finish(stream_id, writer)
+
+    def _write(self, result: FrameResult) -> None:
+        meta = result.meta
+        canvas = draw_detections(meta.image, result, self._names)
+        writer = self._writers.get(meta.stream_id)
+        if writer is None:
+            writer = self._writers[meta.stream_id] = self._open(meta.stream_id, canvas.shape[1], canvas.shape[0])
+        if (canvas.shape[1], canvas.shape[0]) != writer.size:
+            canvas = cv2.resize(canvas, writer.size)
+        frame = av.VideoFrame.from_ndarray(canvas, format="bgr24")
+        for packet in writer.stream.encode(frame):
+            writer.container.mux(packet)
+        writer.frames += 1
+        self._maybe_snapshot(meta.stream_id, meta.seq, canvas, len(result.detections))
+
+    def _open(self, stream_id: str, width: int, height: int) -> _Writer:
+        path = self.out_dir / f"{stream_id}.mp4"
+        container = av.open(str(path), mode="w")
+        stream = container.add_stream("libx264", rate=Fraction(self._fps).limit_denominator(1000))
+        stream.width, stream.height = width - width % 2, height - height % 2
+        stream.pix_fmt = "yuv420p"
+        stream.options = {"preset": "veryfast", "crf": "26"}
+        logger.info("writing annotated video %s", path)
+        return _Writer(container, stream, (stream.width, stream.height))
+
+    def _finish(self, stream_id: str, writer: _Writer) -> None:
+        try:
+            for packet in writer.stream.encode(None):
+                writer.container.mux(packet)
+        finally:
+            writer.container.close()
+        logger.info("annotated video %s: %d frames", self.out_dir / f"{stream_id}.mp4", writer.frames)
+
+    def _maybe_snapshot(self, stream_id: str, seq: int, canvas: np.ndarray, count: int) -> None:
+        taken = self._snapshot_count.get(stream_id, 0)
+        if taken >= self._snapshots or count == 0:
+            return
+        total = self._expected.get(stream_id) or 500
+        every = max(1, total // max(1, self._snapshots))
+        if seq >= taken * every:
+            cv2.imwrite(str(self.out_dir / f"{stream_id}_{seq:06d}.jpg"), canvas)
+            self._snapshot_count[stream_id] = taken + 1

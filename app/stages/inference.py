@@ -1,0 +1,82 @@
+"""The GPU stage: takes batches from the batcher and submits them to the engine.
+
+Runs on thread ``detstream.engine``. It never waits for results: handles go
+into a bounded queue to the results thread, so with an asynchronous engine
+(TensorRT, several contexts) copies and compute of consecutive batches
+overlap, and with a synchronous one (ONNX Runtime) inference of batch k+1
+overlaps postprocessing of batch k.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+from app.batcher import Batch, Batcher
+from app.engines.base import Engine, InferenceHandle
+from app.metrics import PipelineMetrics
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Submitted:
+    """A batch on its way to the results thread: the handle, or the error that replaced it."""
+
+    batch: Batch
+    handle: InferenceHandle | None
+    error: Exception | None
+    t_submit: float
+    t_submitted: float
+
+
+END = None  # sentinel put on the results queue when the engine stage is done
+
+
+class InferenceStage:
+    """Owns thread ``detstream.engine``."""
+
+    def __init__(self, batcher: Batcher, engine: Engine, results: queue.Queue, metrics: PipelineMetrics,
+                 force_stop: threading.Event) -> None:
+        self._batcher = batcher
+        self._engine = engine
+        self._results = results
+        self._metrics = metrics
+        self._force_stop = force_stop
+        self._max_batch = min(batcher.max_batch, max(engine.batch_sizes))
+        self._thread = threading.Thread(target=self._run, name="detstream.engine", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout_s: float | None = None) -> bool:
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                batch = self._batcher.next_batch(self._force_stop, self._max_batch)
+                if batch is None:
+                    break
+                self._results.put(self._submit(batch))
+        except Exception:
+            logger.exception("engine stage crashed; ending the run")
+        finally:
+            self._results.put(END)
+
+    def _submit(self, batch: Batch) -> Submitted:
+        t_submit = time.monotonic()
+        if not batch.slots:
+            return Submitted(batch, None, None, t_submit, t_submit)
+        self._metrics.batch_size.observe(len(batch.slots))
+        self._metrics.ring_occupancy.set(self._batcher.ring.occupancy())
+        try:
+            handle = self._engine.submit([slot.array for slot in batch.slots])
+            return Submitted(batch, handle, None, t_submit, time.monotonic())
+        except Exception as error:  # one failed batch must not end the run
+            logger.warning("engine failed on a batch of %d frames: %s", len(batch.slots), error)
+            return Submitted(batch, None, error, t_submit, time.monotonic())

@@ -1,0 +1,79 @@
+"""The live progress line: frames done/total, fps, drops and latency per source.
+
+Runs on the main thread, which otherwise only waits for the run to end. On a
+TTY it is a rich progress display; otherwise one log line every few seconds,
+so CI logs and journald stay readable.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from app.stages.results import StreamProgress
+
+logger = logging.getLogger(__name__)
+
+
+def _summary(progress: StreamProgress, fps: float) -> str:
+    p50 = float(np.percentile(progress.total_ms, 50)) if progress.total_ms else 0.0
+    return f"{progress.state:<12} {fps:6.1f} fps  drops {progress.dropped:<5} p50 {p50:6.1f} ms"
+
+
+class ProgressReporter:
+    """Polls the results stage's per-stream counters; never touches the pipeline's threads."""
+
+    def __init__(self, streams: Mapping[str, StreamProgress], totals: Mapping[str, int | None],
+                 interactive: bool | None = None, log_every_s: float = 5.0) -> None:
+        self._streams = streams
+        self._totals = totals
+        console = Console(stderr=True)
+        self._interactive = console.is_terminal if interactive is None else interactive
+        self._log_every_s = log_every_s
+        self._last_log = time.monotonic()
+        self._last = {sid: (time.monotonic(), 0) for sid in streams}
+        self._fps = dict.fromkeys(streams, 0.0)
+        self._bar: Progress | None = None
+        self._tasks: dict[str, int] = {}
+        if self._interactive:
+            self._bar = Progress(TextColumn("[bold]{task.description:<14}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console,
+                                 transient=False)
+
+    def __enter__(self) -> ProgressReporter:
+        if self._bar is not None:
+            self._bar.start()
+            for sid in self._streams:
+                self._tasks[sid] = self._bar.add_task(sid, total=self._totals.get(sid), info="")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.update()
+        if self._bar is not None:
+            self._bar.stop()
+        self.log_summary()
+
+    def update(self) -> None:
+        now = time.monotonic()
+        for sid, progress in self._streams.items():
+            t0, n0 = self._last[sid]
+            if now - t0 >= 1.0:
+                self._fps[sid] = (progress.published - n0) / (now - t0)
+                self._last[sid] = (now, progress.published)
+            if self._bar is not None:
+                self._bar.update(self._tasks[sid], completed=progress.published,
+                                 info=_summary(progress, self._fps[sid]))
+        if self._bar is None and now - self._last_log >= self._log_every_s:
+            self._last_log = now
+            self.log_summary()
+
+    def log_summary(self) -> None:
+        for sid, progress in self._streams.items():
+            total = self._totals.get(sid)
+            logger.info("%s: %d/%s frames  %s", sid, progress.published, total if total else "?",
+                        _summary(progress, self._fps[sid]))
