@@ -1,0 +1,84 @@
+"""Frame-rate control on the decoder thread: decimation (``max_fps``) and realtime pacing.
+
+Both are time based, not "keep every n-th frame", so they hold for variable
+frame rates and for streams whose nominal rate is wrong. Files use the frame's
+presentation time (pts); live sources use arrival time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], bool]  # returns True when woken early to stop (threading.Event.wait)
+
+
+class Decimator:
+    """Admit at most ``max_fps`` frames per second of stream time.
+
+    Admission slots sit on a grid ``1/max_fps`` apart; a frame is admitted when
+    it is at (or within ``tolerance`` of an interval before) the next grid
+    point, which then advances by one interval. So the long-run rate never
+    exceeds ``max_fps``, arrival jitter does not halve a stream that already
+    runs at ``max_fps``, and after a gap the grid restarts at the next frame.
+
+    >>> d = Decimator(5.0)
+    >>> [d.admit(i / 10) for i in range(6)]  # a 10 fps clip halved
+    [True, False, True, False, True, False]
+    """
+
+    def __init__(self, max_fps: float | None, tolerance: float = 0.25) -> None:
+        self.interval_s = 1.0 / max_fps if max_fps else 0.0
+        self._slack_s = self.interval_s * tolerance
+        self._next: float | None = None
+
+    def admit(self, t_s: float | None) -> bool:
+        """Whether the frame at time ``t_s`` (pts or arrival) goes on; None (no time) always does."""
+        if not self.interval_s or t_s is None:
+            return True
+        if self._next is None or t_s < self._next - 2 * self.interval_s:
+            self._next = t_s  # first frame, or time jumped back (loop restart, pts reset)
+        if t_s < self._next - self._slack_s:
+            return False
+        behind = t_s - self._next >= self.interval_s
+        self._next = (t_s if behind else self._next) + self.interval_s
+        return True
+
+    def reset(self) -> None:
+        self._next = None
+
+
+class RealtimePacer:
+    """Hold frames back until their pts-relative wall time, like a camera would deliver them.
+
+    Anchors at the first frame (``wall = anchor_wall + pts - anchor_pts``).
+    Re-anchors when pts jumps back (a loop restart) or when the decoder is
+    more than ``max_lag_s`` late (a slow consumer should not cause a burst).
+    """
+
+    def __init__(self, clock: Clock = time.monotonic, max_lag_s: float = 1.0) -> None:
+        self._clock = clock
+        self._max_lag_s = max_lag_s
+        self._anchor: tuple[float, float] | None = None  # (pts_s, wall_s)
+        self._last_pts: float | None = None
+
+    def wait(self, pts_s: float | None, sleep: Sleep) -> bool:
+        """Sleep until the frame is due; False when ``sleep`` was interrupted (stop requested)."""
+        if pts_s is None:
+            return True
+        now = self._clock()
+        if self._anchor is None or (self._last_pts is not None and pts_s < self._last_pts):
+            self._anchor = (pts_s, now)
+        self._last_pts = pts_s
+        due = self._anchor[1] + (pts_s - self._anchor[0])
+        if now - due > self._max_lag_s:
+            self._anchor = (pts_s, now)
+            return True
+        if due > now:
+            return not sleep(due - now)
+        return True
+
+    def reset(self) -> None:
+        self._anchor = None
+        self._last_pts = None
