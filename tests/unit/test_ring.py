@@ -1,0 +1,87 @@
+"""FrameRing: explicit slot states, one owner at a time, nothing allocated per frame."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from app.errors import StateError
+from app.ring import FrameRing, SlotState, aligned_empty
+
+
+def test_slots_are_views_into_one_aligned_preallocated_buffer():
+    ring = FrameRing(4, 32, 48)
+    assert ring.buffer.shape == (4, 3, 32, 48)
+    assert ring.buffer.ctypes.data % 64 == 0
+    for slot in ring.slots:
+        assert slot.array.base is not None and np.shares_memory(slot.array, ring.buffer)
+
+
+def test_a_slot_follows_free_filling_ready_in_flight_free():
+    ring = FrameRing(1, 8, 8)
+    slot = ring.try_acquire("cam")
+    assert slot.state is SlotState.FILLING and slot.owner == "cam"
+    assert ring.try_acquire("cam") is None
+    ring.transition(slot, SlotState.READY)
+    ring.transition(slot, SlotState.IN_FLIGHT)
+    ring.transition(slot, SlotState.FREE)
+    assert ring.free_count == 1 and slot.owner == ""
+
+
+@pytest.mark.parametrize(("path", "bad"), [
+    ((), SlotState.IN_FLIGHT),
+    ((SlotState.READY, SlotState.IN_FLIGHT), SlotState.READY),
+    ((SlotState.READY, SlotState.IN_FLIGHT), SlotState.FILLING),
+])
+def test_illegal_transitions_raise_naming_the_states(path, bad):
+    ring = FrameRing(1, 4, 4)
+    slot = ring.try_acquire("cam")
+    for state in path:
+        ring.transition(slot, state)
+    with pytest.raises(StateError, match=bad.name):
+        ring.transition(slot, bad)
+
+
+def test_concurrent_producers_never_share_a_slot():
+    ring = FrameRing(6, 4, 4)
+    owners: dict[int, str] = {}
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def producer(name: str) -> None:
+        for _ in range(300):
+            slot = ring.acquire(name, timeout_s=1.0)
+            if slot is None:
+                errors.append(f"{name}: no slot within 1 s")
+                return
+            with lock:
+                if slot.index in owners:
+                    errors.append(f"slot {slot.index} taken by {owners[slot.index]} and {name}")
+                owners[slot.index] = name
+            slot.array[:] = 1.0
+            ring.transition(slot, SlotState.READY)
+            with lock:
+                del owners[slot.index]
+            ring.transition(slot, SlotState.IN_FLIGHT)
+            ring.transition(slot, SlotState.FREE)
+
+    threads = [threading.Thread(target=producer, args=(f"p{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors
+    assert ring.free_count == 6
+
+
+def test_acquire_waits_for_a_release_and_times_out_otherwise():
+    ring = FrameRing(1, 4, 4)
+    slot = ring.try_acquire("a")
+    assert ring.acquire("b", timeout_s=0.05) is None
+    threading.Timer(0.05, ring.transition, (slot, SlotState.FREE)).start()
+    assert ring.acquire("b", timeout_s=2.0) is not None
+
+
+def test_aligned_empty_is_aligned_for_odd_shapes():
+    for shape in [(1, 3, 5, 7), (2, 3, 13, 17)]:
+        assert aligned_empty(shape).ctypes.data % 64 == 0
