@@ -97,11 +97,14 @@ class SourceConfig(StrictModel):
         if "://" in url:
             scheme = urlsplit(url).scheme.lower()
             if scheme not in (*NETWORK_SCHEMES, "file"):
-                raise ValueError(f"unsupported scheme {scheme!r} (use rtsp, rtsps, http, https, a file path or /dev/videoN)")
+                raise ValueError(
+                    f"unsupported scheme {scheme!r} (use rtsp, rtsps, http, https, a file path or /dev/videoN)")
             if scheme in NETWORK_SCHEMES and not urlsplit(url).hostname:
                 raise ValueError(f"malformed URL {redact_url(url)!r}: no host")
         elif url.startswith("/dev/") and not re.fullmatch(r"/dev/video\d+", url):
             raise ValueError(f"unsupported device {url!r} (use /dev/videoN)")
+        elif url.startswith("~"):
+            url = os.path.expanduser(url)
         return url
 
     @property
@@ -260,7 +263,8 @@ def format_validation_error(error: ValidationError) -> str:
             path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
         message = item["msg"].removeprefix("Value error, ")
         value = item.get("input")
-        shown = "" if isinstance(value, (dict, list)) or item["type"] == "missing" else f" (got {redact_url(repr(value))})"
+        hidden = isinstance(value, (dict, list)) or item["type"] == "missing"
+        shown = "" if hidden else f" (got {redact_url(repr(value))})"
         lines.append(f"{path or 'config'}: {message}{shown}")
     return "; ".join(lines)
 

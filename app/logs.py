@@ -28,7 +28,8 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line: ts, level, logger, thread, message, source_id when known."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry = {"ts": round(record.created, 3), "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)),
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        entry = {"ts": round(record.created, 3), "time": stamp,
                  "level": record.levelname, "logger": record.name, "thread": record.threadName,
                  "message": record.getMessage()}
         if getattr(record, "source_id", None):

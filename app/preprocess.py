@@ -30,7 +30,8 @@ def letterbox_into(rgb: np.ndarray, out: np.ndarray, pixel_scale: float = 1.0 / 
     box = letterbox_geometry(src_w, src_h, dst_w, dst_h)
     new_w, new_h = round(src_w * box.scale), round(src_h * box.scale)
     new_w, new_h = max(1, min(new_w, dst_w)), max(1, min(new_h, dst_h))
-    resized = rgb if (new_w, new_h) == (src_w, src_h) else cv2.resize(rgb, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
+    same = (new_w, new_h) == (src_w, src_h)
+    resized = rgb if same else cv2.resize(rgb, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
     px, py = int(box.pad_x), int(box.pad_y)
     pad = PAD_VALUE * pixel_scale
     if py:

@@ -15,12 +15,13 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.config import DetstreamConfig, load_config, parse_config, shard_of
 from app.errors import ConfigError
-from app.pipeline import Pipeline
-from app.stages.progress import ProgressReporter
+
+if TYPE_CHECKING:
+    from app.pipeline import Pipeline
 
 logger = logging.getLogger("detstream")
 
@@ -126,6 +127,8 @@ def run_command(args: argparse.Namespace) -> int:
 
     if not args.run_log_format and config.log.format == "json":
         setup_logging(args.log_level, "json")
+    from app.pipeline import Pipeline
+
     pipeline = Pipeline(config, models_dir=args.models_dir)
     _install_signals(pipeline)
     pipeline.start()
@@ -140,6 +143,8 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _wait(pipeline: Pipeline, config: DetstreamConfig, interactive: bool | None) -> None:
+    from app.stages.progress import ProgressReporter
+
     totals = {s.stream_id: s.total_frames for s in pipeline.sources}
     started = time.monotonic()
     stop_at = None
@@ -171,4 +176,4 @@ def _exit_code(pipeline: Pipeline) -> int:
     return 0
 
 
-__all__ = ["run_command", "build_config", "parse_source_arg", "parse_shard", "Path"]
+__all__ = ["Path", "build_config", "parse_shard", "parse_source_arg", "run_command"]

@@ -58,5 +58,5 @@ class Engine(ABC):
         zeros = np.zeros((3, self.spec.input_height, self.spec.input_width), np.float32)
         self.submit([zeros]).wait()
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook; engines without resources need nothing
         """Release device memory, contexts and sessions. Idempotent."""

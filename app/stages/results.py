@@ -226,4 +226,4 @@ def _class_filter(classes: list[str] | None, names: tuple[str, ...]) -> np.ndarr
     return np.array([names.index(c) for c in classes], dtype=np.int32)
 
 
-__all__ = ["ResultsStage", "StreamProgress", "Detections"]
+__all__ = ["Detections", "ResultsStage", "StreamProgress"]
