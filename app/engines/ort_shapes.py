@@ -1,0 +1,50 @@
+"""Output shapes of an ONNX model once its input height and width are fixed.
+
+Why: exports with dynamic axes often declare outputs like ``(batch, 84,
+anchors)``; the anchor count follows from the input size, which the
+:class:`~app.types.ModelSpec` fixes. Running ONNX shape inference with the
+input's spatial dims pinned turns such dims into numbers, so the engines can
+preallocate outputs. A dim that stays unknown is data-dependent (NMS row
+counts), and that output cannot be preallocated.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from app.types import ModelSpec
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_output_shapes(path: Path, spec: ModelSpec, output_names: list[str]) -> list[tuple[int, ...] | None]:
+    """Per output (in ``output_names`` order): its shape without the batch dim, or None when not fixed."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+        _pin_input(model, spec)
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception as error:
+        logger.debug("shape inference on %s failed (%s); outputs allocated per run", path, error)
+        return [None] * len(output_names)
+    shapes: dict[str, tuple[int, ...] | None] = {}
+    for value in list(inferred.graph.output):
+        dims = value.type.tensor_type.shape.dim[1:]
+        known = all(d.HasField("dim_value") and d.dim_value > 0 for d in dims)
+        shapes[value.name] = tuple(d.dim_value for d in dims) if known else None
+    return [shapes.get(name) for name in output_names]
+
+
+def _pin_input(model: object, spec: ModelSpec) -> None:
+    """Fix the channel, height and width of the model input; the batch dim stays as declared."""
+    for value in model.graph.input:  # type: ignore[attr-defined]
+        if value.name != spec.input_name:
+            continue
+        dims = value.type.tensor_type.shape.dim
+        if len(dims) != 4:
+            return
+        for dim, size in zip(dims[1:], (3, spec.input_height, spec.input_width), strict=True):
+            if not dim.HasField("dim_value"):
+                dim.dim_value = size
