@@ -1,0 +1,232 @@
+"""TensorRTEngine: a deserialized TensorRT engine run on several execution contexts.
+
+Set-up (engine thread): per context an execution context, a stream, an event,
+device input/output buffers for the largest batch and a small pinned staging
+buffer; ``contexts + 1`` pinned output sets shared by all contexts. Batches are
+scheduled by :class:`~app.engines.scheduler.BatchScheduler` (round-robin,
+buckets, CUDA graphs). ``backend`` is ``tensorrt:<precision>``.
+
+:func:`open_tensorrt_engine` is the whole "try TensorRT" path used by
+``create_engine``: cache lookup or build, deserialize, contexts, warm-up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from app.config import EngineConfig
+from app.engines.base import Engine, InferenceHandle
+from app.engines.cache import EngineCacheKey, cache_path, load_or_build
+from app.engines.device import Device
+from app.engines.host_memory import HostBuffer, alloc_host
+from app.engines.scheduler import (
+    DEFAULT_SUBMIT_TIMEOUT_S,
+    BatchScheduler,
+    ContextSlot,
+    OutputPool,
+    OutputSet,
+    bucket_sizes,
+    plan_profiles,
+)
+from app.engines.trt_runtime import BuildOptions, TensorInfo, TrtModel, TrtRuntime
+from app.errors import EngineError, EngineLoadError
+from app.types import ModelSpec
+
+logger = logging.getLogger(__name__)
+
+
+class TensorRTEngine(Engine):
+    """A model on TensorRT (see the module docstring). ``close()`` releases everything it allocated."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        config: EngineConfig,
+        device: Device,
+        model: TrtModel,
+        *,
+        submit_timeout_s: float = DEFAULT_SUBMIT_TIMEOUT_S,
+    ) -> None:
+        self.spec = spec
+        self.backend = f"tensorrt:{config.precision}"
+        self._device = device
+        self._model = model
+        self._frees: list[tuple[str, object]] = []
+        self._host: list[HostBuffer] = []
+        self._closed = False
+        self.owns_device = False
+        try:
+            self._scheduler = self._setup(config, submit_timeout_s)
+        except Exception:
+            self.close()
+            raise
+        self.batch_sizes = self._scheduler.buckets
+
+    def _setup(self, config: EngineConfig, submit_timeout_s: float) -> BatchScheduler:
+        spec, device, model = self.spec, self._device, self._model
+        inp = _input_tensor(model, spec)
+        outputs = [t for t in model.tensors if not t.is_input]
+        frame_shape = (3, spec.input_height, spec.input_width)
+        static = inp.shape[0] if inp.shape[0] > 0 else None
+        per_context = _profiles_per_context(model, spec.input_name, config.contexts, static)
+        if static is None:
+            low, high = per_context[0][0][0], per_context[0][-1][2]
+            buckets = bucket_sizes(low, min(high, max(config.max_batch, low)))
+            rows = buckets[-1]
+        else:
+            buckets = (static,)
+            rows = math.ceil(max(config.max_batch, static) / static) * static
+        frame_bytes = math.prod(frame_shape) * inp.dtype.itemsize
+        row_bytes = [_row_bytes(t) for t in outputs]
+        slots = []
+        for index, profiles in enumerate(per_context):
+            stream = device.stream_create()
+            self._frees.append(("stream", stream))
+            done = device.event_create()
+            self._frees.append(("event", done))
+            d_input = device.malloc(rows * frame_bytes)
+            self._frees.append(("malloc", d_input))
+            d_outputs = []
+            for nbytes in row_bytes:
+                d_outputs.append(device.malloc(rows * nbytes))
+                self._frees.append(("malloc", d_outputs[-1]))
+            staging = self._pinned((rows, *frame_shape), inp.dtype)
+            context = model.create_context()
+            base = 0 if static is not None else index * len(profiles)
+            slots.append(ContextSlot(index, context, stream, done, d_input, d_outputs, list(profiles), base, staging))
+        sets = []
+        for _ in range(len(slots) + 1):
+            event = device.event_create()
+            self._frees.append(("event", event))
+            sets.append(OutputSet([self._pinned((rows, *t.shape[1:]), t.dtype) for t in outputs], event))
+        return BatchScheduler(
+            device, slots, OutputPool(sets, submit_timeout_s),
+            input_name=spec.input_name, output_names=[t.name for t in outputs], output_row_bytes=row_bytes,
+            frame_shape=frame_shape, frame_dtype=inp.dtype, buckets=buckets, static_batch=static,
+            use_graphs=config.cuda_graphs,
+        )
+
+    def _pinned(self, shape: tuple[int, ...], dtype: np.dtype) -> HostBuffer:
+        buffer = alloc_host(shape, dtype, device=self._device)
+        self._host.append(buffer)
+        return buffer
+
+    def submit(self, frames: Sequence[np.ndarray]) -> InferenceHandle:
+        """Runs on the engine thread: enqueue on the next context and return at once."""
+        return self._scheduler.submit(frames)
+
+    def warmup(self) -> None:
+        """Run every bucket on every context twice: TensorRT's first-run set-up, then graph capture."""
+        zeros = np.zeros((self._scheduler.max_frames, 3, self.spec.input_height, self.spec.input_width),
+                         np.float32)
+        for bucket in self.batch_sizes if self._scheduler.static_batch is None else (self._scheduler.max_frames,):
+            for _ in range(2 * len(self._scheduler.slots)):
+                self.submit(list(zeros[:bucket])).wait()
+
+    def close(self) -> None:
+        """Release graphs, buffers, events and streams (after the streams drained). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        scheduler = getattr(self, "_scheduler", None)
+        for slot in scheduler.slots if scheduler else []:
+            self._quietly("drain", lambda s=slot: self._device.event_synchronize(s.done) if s.busy else None)
+            for graph in slot.graphs.values():
+                self._quietly("graph", lambda g=graph: self._device.graph_exec_destroy(g))
+            slot.graphs.clear()
+        release = {"stream": self._device.stream_destroy, "event": self._device.event_destroy,
+                   "malloc": self._device.free}
+        for kind, handle in reversed(self._frees):
+            self._quietly(kind, lambda k=kind, h=handle: release[k](h))
+        self._frees.clear()
+        for buffer in self._host:
+            self._quietly("host", buffer.free)
+        self._host.clear()
+        if self.owns_device:
+            self._device.close()
+
+    @staticmethod
+    def _quietly(what: str, release: object) -> None:
+        """Teardown keeps going after one failed release; the failure is logged, not hidden."""
+        try:
+            release()  # type: ignore[operator]
+        except EngineError as error:
+            logger.warning("TensorRT engine close: releasing %s failed: %s", what, error)
+
+
+def open_tensorrt_engine(
+    spec: ModelSpec, config: EngineConfig, device: Device, runtime: TrtRuntime, cache_dir: Path
+) -> TensorRTEngine:
+    """Cached or freshly built engine → contexts → warm-up. Raises on any failure (caller falls back)."""
+    profiles = plan_profiles(1, config.max_batch, config.max_batch)
+    key = EngineCacheKey(
+        onnx_sha256=spec.sha256 or file_sha256(Path(spec.path)),
+        trt_version=runtime.version,
+        gpu_name=device.device_name(),
+        compute_capability=device.compute_capability(),
+        precision=config.precision,
+        profiles=profiles,
+        contexts=config.contexts,
+    )
+    options = BuildOptions(
+        input_name=spec.input_name, input_hw=(spec.input_height, spec.input_width), precision=config.precision,
+        profiles=profiles, contexts=config.contexts, timing_cache=cache_dir / "timing.cache",
+    )
+    if config.precision == "int8":
+        from app.engines.trt_build import calibration_source
+
+        options = calibration_source(options, spec, Path(config.calib) if config.calib else None, cache_dir)
+    path = cache_path(cache_dir, Path(spec.path).stem, key)
+    blob = load_or_build(path, key, lambda: runtime.build(Path(spec.path), options))
+    engine = TensorRTEngine(spec, config, device, runtime.deserialize(blob))
+    try:
+        engine.warmup()
+    except Exception:
+        engine.close()
+        raise
+    return engine
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _input_tensor(model: TrtModel, spec: ModelSpec) -> TensorInfo:
+    inputs = [t for t in model.tensors if t.is_input]
+    for tensor in inputs:
+        if tensor.name == spec.input_name:
+            expected = (3, spec.input_height, spec.input_width)
+            if tuple(tensor.shape[1:]) != expected:
+                raise EngineLoadError(f"engine input {tensor.name} is {tensor.shape}, model spec says (N, *{expected})")
+            return tensor
+    raise EngineLoadError(f"engine has no input {spec.input_name!r} (inputs: {[t.name for t in inputs]})")
+
+
+def _row_bytes(tensor: TensorInfo) -> int:
+    if any(d < 0 for d in tensor.shape[1:]):
+        raise EngineLoadError(f"output {tensor.name} has a data-dependent shape {tensor.shape}: not supported")
+    return math.prod(tensor.shape[1:]) * tensor.dtype.itemsize
+
+
+def _profiles_per_context(
+    model: TrtModel, input_name: str, contexts: int, static: int | None
+) -> list[tuple[tuple[int, int, int], ...]]:
+    """Split the engine's profiles into ``contexts`` equal sets (see :class:`BuildOptions`)."""
+    if static is not None:
+        return [((static, static, static),)] * contexts
+    if model.num_profiles < contexts or model.num_profiles % contexts:
+        raise EngineLoadError(f"engine has {model.num_profiles} optimization profiles, not a set per each of "
+                              f"{contexts} contexts (rebuild it with contexts={contexts})")
+    per = model.num_profiles // contexts
+    ranges = [model.profile_batch_range(input_name, i) for i in range(model.num_profiles)]
+    return [tuple(ranges[c * per:(c + 1) * per]) for c in range(contexts)]
