@@ -1,0 +1,204 @@
+"""ZeroMQ publisher of detection and status messages, with counted high-water-mark drops.
+
+Socket choice. A plain PUB socket drops silently when a subscriber's queue
+is full, so nobody could say how many messages were lost. We use XPUB with
+``XPUB_NODROP=1`` and always send with ``NOBLOCK``: when a matching
+subscriber is at its high-water mark, ``send`` raises ``zmq.Again`` at once
+(it never blocks the postprocess thread), the message is dropped for that
+topic's subscribers and counted in :attr:`ZmqPublisher.dropped_hwm`, and the
+next detection message of that stream carries the drop in ``dropped_before``,
+so every subscriber can still account for each seq gap.
+
+The trade-off: a matching subscriber that stops reading makes the other
+subscribers of the same topic miss messages too (all or none). For many
+subscribers, publish into a proxy (``connect+tcp://...``, see
+:mod:`app.publish.proxy`): its subscriber side drops per subscriber.
+
+XPUB also delivers subscription frames to us; they are read (bounded) on
+every publish so that they cannot pile up, and they let
+:meth:`ZmqPublisher.wait_for_subscribers` wait for a slow joiner.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+import zmq
+import zmq.auth
+
+from app.config import PublishConfig
+from app.errors import PublishError
+from app.publish.messages import det_topic, encode, status_topic
+
+logger = logging.getLogger(__name__)
+
+SUBSCRIPTION_READS_PER_PUBLISH = 64
+"""At most this many subscription frames are read per publish call."""
+
+
+class ZmqPublisher:
+    """Publishes payload maps as ``[topic, payload]`` messages on one XPUB socket.
+
+    Owned by ONE thread, the postprocess thread (``detstream.postprocess``):
+    it creates (or is handed, before first use), uses and closes the
+    publisher. ZeroMQ sockets are not thread-safe. ``context`` is shared
+    when given (never terminated here); else the publisher owns its own.
+
+    ``config.endpoint`` is bound, or connected when prefixed ``connect+``.
+    """
+
+    def __init__(self, config: PublishConfig, context: zmq.Context | None = None) -> None:
+        self._config = config
+        self._owns_context = context is None
+        self._context = context if context is not None else zmq.Context()
+        self._pending_drops: defaultdict[str, int] = defaultdict(int)
+        self._subscriptions: defaultdict[bytes, int] = defaultdict(int)
+        self._dropped_hwm = 0
+        self._sent = 0
+        self._closed = False
+        self._socket = self._open_socket()
+
+    def _open_socket(self) -> zmq.Socket:
+        config = self._config
+        endpoint = config.endpoint
+        bare = endpoint.removeprefix("connect+")
+        socket = self._context.socket(zmq.XPUB)
+        try:
+            socket.sndhwm = config.sndhwm  # before bind/connect: the HWM applies to later pipes only
+            socket.linger = config.linger_ms
+            socket.setsockopt(zmq.XPUB_NODROP, 1)
+            socket.setsockopt(zmq.XPUB_VERBOSER, 1)  # every (un)subscription, so counts stay exact
+            if config.curve is not None:
+                self._apply_curve(socket, config.curve.server_secret_file)
+            if endpoint.startswith("connect+"):
+                socket.connect(bare)
+            else:
+                socket.bind(bare)
+        except zmq.ZMQError as error:
+            socket.close(linger=0)
+            self._close_context()
+            verb = "connect to" if endpoint.startswith("connect+") else "bind"
+            raise PublishError(f"cannot {verb} publish endpoint {bare}: {error.strerror}") from None
+        except PublishError:
+            socket.close(linger=0)
+            self._close_context()
+            raise
+        logger.info("publishing on %s (%s)", endpoint, config.encoding)
+        return socket
+
+    @staticmethod
+    def _apply_curve(socket: zmq.Socket, secret_file: str) -> None:
+        try:
+            public, secret = zmq.auth.load_certificate(secret_file)
+        except (OSError, ValueError) as error:
+            raise PublishError(f"cannot read CURVE certificate {secret_file}: {error}") from None
+        if not secret:
+            raise PublishError(f"CURVE certificate {secret_file} has no secret key (use the .key_secret file)")
+        socket.curve_secretkey = secret
+        socket.curve_publickey = public
+        socket.curve_server = True
+
+    def _close_context(self) -> None:
+        if self._owns_context:
+            self._context.term()
+
+    @property
+    def dropped_hwm(self) -> int:
+        """Messages not sent because a matching subscriber was at its high-water mark."""
+        return self._dropped_hwm
+
+    @property
+    def sent(self) -> int:
+        """Messages handed to ZeroMQ (to every subscriber of the topic; 0 subscribers counts too)."""
+        return self._sent
+
+    @property
+    def subscriptions(self) -> int:
+        """Active subscriptions seen (a subscriber to two topics counts twice; a proxy forwards its own)."""
+        return sum(self._subscriptions.values())
+
+    def publish_detections(self, stream_id: str, payload: Mapping[str, Any]) -> bool:
+        """Send a ``detstream.detections/1`` map on ``det/<stream_id>/``; False when dropped at the HWM.
+
+        Earlier HWM drops of the same stream are added to ``dropped_before``
+        (on a copy; the caller's map is not modified).
+        """
+        pending = self._pending_drops.get(stream_id, 0)
+        if pending:
+            payload = {**payload, "dropped_before": int(payload.get("dropped_before", 0)) + pending}
+        sent = self._send(det_topic(stream_id), payload)
+        if sent:
+            self._pending_drops.pop(stream_id, None)
+        else:
+            self._pending_drops[stream_id] = pending + 1
+        return sent
+
+    def publish_status(self, stream_id: str, payload: Mapping[str, Any]) -> bool:
+        """Send a ``detstream.status/1`` map on ``status/<stream_id>/``; False when dropped at the HWM."""
+        return self._send(status_topic(stream_id), payload)
+
+    def _send(self, topic: bytes, payload: Mapping[str, Any]) -> bool:
+        if self._closed:
+            raise PublishError(f"publisher on {self._config.endpoint} is closed")
+        self._read_subscriptions(SUBSCRIPTION_READS_PER_PUBLISH)
+        data = encode(payload, self._config.encoding)
+        try:
+            self._socket.send_multipart([topic, data], flags=zmq.NOBLOCK)
+        except zmq.Again:
+            self._dropped_hwm += 1
+            logger.debug("dropped %s at the high-water mark (%d so far)", topic, self._dropped_hwm)
+            return False
+        self._sent += 1
+        return True
+
+    def _read_subscriptions(self, limit: int) -> int:
+        """Read up to ``limit`` waiting (un)subscription frames without blocking; how many were read."""
+        count = 0
+        while count < limit and self._socket.poll(0, zmq.POLLIN):
+            frame = self._socket.recv(zmq.NOBLOCK)
+            count += 1
+            if not frame:
+                continue
+            topic = frame[1:]
+            if frame[0] == 1:
+                self._subscriptions[topic] += 1
+            elif frame[0] == 0 and self._subscriptions.get(topic, 0) > 0:
+                self._subscriptions[topic] -= 1
+                if not self._subscriptions[topic]:
+                    del self._subscriptions[topic]
+        return count
+
+    def wait_for_subscribers(self, min_count: int = 1, timeout_s: float = 1.0) -> bool:
+        """Wait up to ``timeout_s`` until at least ``min_count`` subscriptions are active; True if they are.
+
+        For file runs: a subscriber (or proxy) that connected just before we
+        bound would otherwise miss the first messages (ZeroMQ's slow joiner).
+        """
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        while self.subscriptions < min_count:
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if remaining_ms <= 0:
+                return False
+            if self._socket.poll(min(remaining_ms, 100), zmq.POLLIN):
+                self._read_subscriptions(SUBSCRIPTION_READS_PER_PUBLISH)
+        return True
+
+    def close(self) -> None:
+        """Close the socket, waiting up to ``linger_ms`` for queued messages to go out. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._socket.close(linger=self._config.linger_ms)
+        self._close_context()
+        logger.info("publisher on %s closed: %d sent, %d dropped at the HWM", self._config.endpoint,
+                    self._sent, self._dropped_hwm)
+
+    def __enter__(self) -> ZmqPublisher:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
