@@ -72,8 +72,10 @@ def read_cached(path: Path, key: EngineCacheKey) -> tuple[bytes | None, str]:
         return None, "not cached"
     except OSError as error:
         return None, f"unreadable ({error.strerror or error})"
-    if not data.startswith(MAGIC) or len(data) < len(MAGIC) + _LENGTH.size:
+    if not data.startswith(MAGIC):
         return None, "not a detstream engine file"
+    if len(data) < len(MAGIC) + _LENGTH.size:
+        return None, "truncated header"
     (length,) = _LENGTH.unpack_from(data, len(MAGIC))
     start = len(MAGIC) + _LENGTH.size
     if length > _MAX_HEADER or start + length > len(data):
