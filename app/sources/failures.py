@@ -81,6 +81,9 @@ _BY_ERRNO = {
 
 # Lower-case fragments of FFmpeg/OS messages, for errors that arrive as text.
 _BY_TEXT: tuple[tuple[str, FailureKind], ...] = (
+    ("decoder not found", FailureKind.UNSUPPORTED_CODEC),
+    ("unsupported codec", FailureKind.UNSUPPORTED_CODEC),
+    ("not currently supported", FailureKind.UNSUPPORTED_CODEC),
     ("401", FailureKind.AUTH),
     ("unauthorized", FailureKind.AUTH),
     ("403", FailureKind.AUTH),
@@ -97,9 +100,6 @@ _BY_TEXT: tuple[tuple[str, FailureKind], ...] = (
     ("temporary failure in name resolution", FailureKind.DNS),
     ("failed to resolve", FailureKind.DNS),
     ("no address associated", FailureKind.DNS),
-    ("decoder not found", FailureKind.UNSUPPORTED_CODEC),
-    ("unsupported codec", FailureKind.UNSUPPORTED_CODEC),
-    ("not currently supported", FailureKind.UNSUPPORTED_CODEC),
     ("invalid data", FailureKind.CORRUPT),
     ("not a video", FailureKind.CORRUPT),
     ("no video stream", FailureKind.CORRUPT),

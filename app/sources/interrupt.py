@@ -8,7 +8,9 @@ PyAV offers no way to fire it on demand, and closing the container from
 another thread while FFmpeg reads from it would be a use-after-free.
 
 So :func:`request` makes the callback see a clock far in the future, but only
-on the requested thread: PyAV looks ``time.monotonic`` up through the
+on the requested thread, and each reading jumps further ahead (so even a
+deadline that PyAV set after the request, with the same shifted clock, has
+passed at the next check): PyAV looks ``time.monotonic`` up through the
 ``time`` global of ``av.container.core`` each time, so that global is replaced
 (once, process-wide) by a proxy of the ``time`` module that consults a set of
 thread ids. Every other thread, and every other use of the module, sees the
@@ -25,8 +27,8 @@ import types
 
 logger = logging.getLogger(__name__)
 
-_FAR_FUTURE_S = 1e9
-_requested: set[int] = set()  # thread idents whose blocked PyAV call must end now
+_JUMP_S = 1e9
+_requested: dict[int, int] = {}  # thread ident -> readings of the shifted clock so far
 _install_lock = threading.Lock()
 _installed: bool | None = None
 
@@ -40,7 +42,12 @@ class _InterruptingClock(types.SimpleNamespace):
     @staticmethod
     def monotonic() -> float:
         now = time.monotonic()
-        return now + _FAR_FUTURE_S if threading.get_ident() in _requested else now
+        ident = threading.get_ident()
+        jumps = _requested.get(ident)
+        if jumps is None:
+            return now
+        _requested[ident] = jumps + 1
+        return now + _JUMP_S * (jumps + 1)
 
 
 def install() -> bool:
@@ -69,12 +76,16 @@ def _hook() -> bool:
 
 
 def request(thread_ident: int | None) -> None:
-    """Make the PyAV call blocked on that thread (and any later one) return at once."""
+    """Make the PyAV call blocked on that thread (and any later one) return at once.
+
+    Only for a thread that is still running: idents are reused, so the owner
+    must :func:`clear` it when the thread ends and never request after that.
+    """
     if thread_ident is not None:
-        _requested.add(thread_ident)
+        _requested.setdefault(thread_ident, 0)
 
 
 def clear(thread_ident: int | None) -> None:
     """Forget a request (thread idents are reused once a thread has ended)."""
     if thread_ident is not None:
-        _requested.discard(thread_ident)
+        _requested.pop(thread_ident, None)

@@ -17,36 +17,47 @@ Sleep = Callable[[float], bool]  # returns True when woken early to stop (thread
 class Decimator:
     """Admit at most ``max_fps`` frames per second of stream time.
 
-    Admission slots sit on a grid ``1/max_fps`` apart; a frame is admitted when
-    it is at (or within ``tolerance`` of an interval before) the next grid
-    point, which then advances by one interval. So the long-run rate never
-    exceeds ``max_fps``, arrival jitter does not halve a stream that already
-    runs at ``max_fps``, and after a gap the grid restarts at the next frame.
+    Admission slots sit on a grid ``1/max_fps`` apart; a frame is admitted
+    when it reaches the next grid point (or is closer to it than the following
+    frame will be: within half the recent inter-frame gap), and the grid then
+    advances one interval. So the long-run rate never exceeds ``max_fps``,
+    arrival jitter does not halve a stream that already runs at ``max_fps``,
+    and after a gap (or a jump back, as at a loop restart) the grid restarts.
 
     >>> d = Decimator(5.0)
     >>> [d.admit(i / 10) for i in range(6)]  # a 10 fps clip halved
     [True, False, True, False, True, False]
     """
 
-    def __init__(self, max_fps: float | None, tolerance: float = 0.25) -> None:
+    def __init__(self, max_fps: float | None) -> None:
         self.interval_s = 1.0 / max_fps if max_fps else 0.0
-        self._slack_s = self.interval_s * tolerance
         self._next: float | None = None
+        self._last: float | None = None
+        self._frame_gap_s = 0.0
 
     def admit(self, t_s: float | None) -> bool:
         """Whether the frame at time ``t_s`` (pts or arrival) goes on; None (no time) always does."""
         if not self.interval_s or t_s is None:
             return True
+        self._observe_gap(t_s)
         if self._next is None or t_s < self._next - 2 * self.interval_s:
             self._next = t_s  # first frame, or time jumped back (loop restart, pts reset)
-        if t_s < self._next - self._slack_s:
+        if t_s < self._next - 0.5 * min(self._frame_gap_s, self.interval_s):
             return False
         behind = t_s - self._next >= self.interval_s
         self._next = (t_s if behind else self._next) + self.interval_s
         return True
 
+    def _observe_gap(self, t_s: float) -> None:
+        if self._last is not None and 0 < t_s - self._last < 10 * self.interval_s:
+            gap = t_s - self._last
+            self._frame_gap_s = gap if not self._frame_gap_s else 0.8 * self._frame_gap_s + 0.2 * gap
+        self._last = t_s
+
     def reset(self) -> None:
         self._next = None
+        self._last = None
+        self._frame_gap_s = 0.0
 
 
 class RealtimePacer:

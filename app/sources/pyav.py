@@ -77,6 +77,8 @@ class PyAVSource(FrameSource):
         self._decimator = Decimator(config.max_fps)
         self._pacer = RealtimePacer() if config.realtime and config.kind is SourceKind.FILE else None
         self._stop = threading.Event()
+        self._lifecycle = threading.Lock()  # orders stop()'s interrupt request against the thread's end
+        self._finished = False
         self._thread = threading.Thread(target=self._run, name=f"detstream.decode.{self.stream_id}", daemon=True)
         self._seq = 0
         self._total_frames: int | None = None
@@ -93,7 +95,9 @@ class PyAVSource(FrameSource):
     def stop(self) -> None:
         """Ask the thread to end; a blocked network read/open is interrupted at once."""
         self._stop.set()
-        interrupt.request(self._thread.ident)
+        with self._lifecycle:
+            if self._thread.ident is not None and not self._finished:
+                interrupt.request(self._thread.ident)
 
     def join(self, timeout_s: float | None = None) -> bool:
         if self._thread.ident is None:
@@ -125,7 +129,9 @@ class PyAVSource(FrameSource):
             self._finish(terminal)
 
     def _finish(self, terminal: SourceStatus) -> None:
-        interrupt.clear(threading.get_ident())
+        with self._lifecycle:
+            self._finished = True
+            interrupt.clear(threading.get_ident())
         log = logger.warning if terminal.state is SourceState.FAILED else logger.info
         log("source %s: %s (%s)", self.stream_id, terminal.state.value, terminal.reason,
             extra={"source_id": self.stream_id})

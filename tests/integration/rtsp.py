@@ -233,9 +233,9 @@ class DrainedBatcher:
 
     def __init__(self, stream_ids: list[str], *, live: bool, input_hw: tuple[int, int] = (96, 128), slots: int = 8,
                  quota: int = 4, max_staleness_s: float = 0.5, consume_s: float = 0.0,
-                 inspect: Callable[[Slot], None] | None = None) -> None:
+                 inspect: Callable[[Slot], None] | None = None, max_batch: int = 4) -> None:
         self.ring = FrameRing(slots, *input_hw)
-        self.batcher = Batcher(self.ring, max_batch=4, max_wait_s=0.005, quota=quota)
+        self.batcher = Batcher(self.ring, max_batch=max_batch, max_wait_s=0.005, quota=quota)
         for stream_id in stream_ids:
             self.batcher.add_stream(stream_id, live, max_staleness_s)
         self.consume_s = consume_s
