@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
 import threading
 import time
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -193,3 +196,53 @@ def test_stop_ends_a_file_source_promptly_with_one_terminal_status(h264_clip):
     assert len(terminal) == 1 and terminal[0].state is SourceState.ENDED and terminal[0].reason == "stopped"
     assert sink.close_calls["stop"] == 1
     assert np.all(np.diff(sink.seqs("stop")) == 1)
+
+
+def test_a_mid_stream_resolution_change_letterboxes_each_frame_by_its_own_size(tmp_path):
+    small = make_clip(tmp_path / "small.ts", frames=20, size="320x240")
+    large = make_clip(tmp_path / "large.ts", frames=20, size="640x360")
+    joined = tmp_path / "joined.ts"  # MPEG-TS concatenates byte-wise; the second SPS switches the size
+    joined.write_bytes(small.read_bytes() + large.read_bytes())
+    sink = DrainedBatcher(["switch"], live=False, input_hw=INPUT_HW)
+    try:
+        run_source(SourceConfig(id="switch", url=str(joined)), sink, StatusLog())
+    finally:
+        sink.close()
+    boxes = [r.meta.letterbox for r in sink.received["switch"]]
+    sizes = [(b.src_width, b.src_height) for b in boxes]
+    assert sizes[0] == (320, 240) and sizes[-1] == (640, 360)
+    assert sizes == sorted(sizes), "one switch, no flapping"
+    assert boxes[-1].scale == pytest.approx(0.2) and boxes[-1].pad_y == 28
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):
+        return
+
+
+def test_an_hls_playlist_over_http_delivers_every_frame_then_is_reopened(tmp_path):
+    clip = make_clip(tmp_path / "src.mp4", frames=40)
+    hls = tmp_path / "hls"
+    hls.mkdir()
+    subprocess.run(["ffmpeg", "-v", "error", "-i", str(clip), "-c", "copy", "-f", "hls", "-hls_time", "1",
+                    "-hls_playlist_type", "vod", str(hls / "index.m3u8")], check=True, timeout=60)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietHandler, directory=str(hls)))
+    threading.Thread(target=server.serve_forever, name="test.http", daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/index.m3u8"
+    sink = DrainedBatcher(["hls"], live=False)
+    log = StatusLog()
+    source = create_source(SourceConfig(id="hls", url=url, mode="file"), sink, log, input_hw=(96, 128))
+    source.start()
+    try:
+        assert sink.wait_count("hls", 40, timeout_s=20)
+        assert log.wait_state(SourceState.RECONNECTING, 10) is not None
+    finally:
+        source.stop()
+        assert source.join(2)
+        sink.close()
+        server.shutdown()
+        server.server_close()
+    first_pass = sink.received["hls"][:40]
+    assert [r.meta.seq for r in first_pass] == list(range(40))
+    reopened = next(s for s in log.statuses if s.state is SourceState.RECONNECTING)
+    assert reopened.error_kind == "eof" and reopened.frames == 40
