@@ -64,7 +64,7 @@ def _tensorrt_or_fallback(
 ) -> Engine:
     try:
         engine = _open_tensorrt(spec, config, device_factory or CudaDevice.open, trt_factory or RealTrtRuntime.load)
-    except Exception as error:
+    except Exception as error:  # any TensorRT failure means fallback; the reason is logged below
         reason = _one_line(error)
     else:
         logger.info("engine: %s for %s", engine.backend, spec.name)

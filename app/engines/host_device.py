@@ -125,7 +125,7 @@ class HostStream:
                 continue  # sticky, like a CUDA launch failure: later work on this stream does not run
             try:
                 op.fn()
-            except Exception as error:
+            except Exception as error:  # becomes the stream's sticky error, raised at the next sync
                 if self.error is None:
                     self.error = error
 

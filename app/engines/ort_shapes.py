@@ -26,7 +26,7 @@ def resolve_output_shapes(path: Path, spec: ModelSpec, output_names: list[str]) 
         model = onnx.load(str(path), load_external_data=False)
         _pin_input(model, spec)
         inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception as error:
+    except Exception as error:  # any failure only means "not preallocatable"
         logger.debug("shape inference on %s failed (%s); outputs allocated per run", path, error)
         return [None] * len(output_names)
     shapes: dict[str, tuple[int, ...] | None] = {}

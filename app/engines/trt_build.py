@@ -97,7 +97,10 @@ def _attach_timing_cache(config: Any, path: Path | None) -> Any:
         return None
     data = path.read_bytes() if path.exists() else b""
     cache = config.create_timing_cache(data)
-    config.set_timing_cache(cache, ignore_mismatch=False)
+    if not config.set_timing_cache(cache, ignore_mismatch=False):
+        logger.info("tensorrt build: timing cache %s is for another GPU or TensorRT; starting a new one", path)
+        cache = config.create_timing_cache(b"")
+        config.set_timing_cache(cache, ignore_mismatch=False)
     return cache
 
 
