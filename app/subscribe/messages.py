@@ -1,0 +1,165 @@
+"""Typed, frozen views of the published payloads (docs/messages.md), for subscribers.
+
+``from_payload`` validates with :func:`app.publish.messages.validate_detection`
+/ :func:`~app.publish.messages.validate_status` and raises ValueError listing
+every problem. Keys this version does not know are kept in ``extra``, so
+:meth:`to_payload` gives back what was received.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.publish.messages import LATENCY_KEYS, validate_detection, validate_status
+
+_DETECTION_KEYS = ("label", "class_id", "score", "box", "track_id")
+_MESSAGE_KEYS = ("schema", "stream", "seq", "pts", "captured_at", "published_at", "width", "height",
+                 "dropped_before", "latency_ms", "model", "engine", "detections")
+_STATUS_KEYS = ("schema", "stream", "state", "reason", "attempt", "retry_in_s", "at", "frames", "dropped")
+
+
+def _extra(payload: Mapping[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
+    return {key: value for key, value in payload.items() if key not in known}
+
+
+@dataclass(frozen=True, slots=True)
+class Detection:
+    """One box: ``box`` is ``(x1, y1, x2, y2)`` in pixels of the original frame."""
+
+    label: str
+    class_id: int
+    score: float
+    box: tuple[float, float, float, float]
+    track_id: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_payload(cls, item: Mapping[str, Any]) -> Detection:
+        x1, y1, x2, y2 = (float(v) for v in item["box"])
+        return cls(item["label"], item["class_id"], float(item["score"]), (x1, y1, x2, y2), item["track_id"],
+                   _extra(item, _DETECTION_KEYS))
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"label": self.label, "class_id": self.class_id, "score": self.score, "box": list(self.box),
+                "track_id": self.track_id, **self.extra}
+
+
+@dataclass(frozen=True, slots=True)
+class Latency:
+    """Milliseconds spent per stage; ``total`` is capture to publish."""
+
+    decode: float
+    queue: float
+    infer: float
+    post: float
+    total: float
+
+
+@dataclass(frozen=True, slots=True)
+class DetectionMessage:
+    """A ``detstream.detections/1`` message: one frame of one stream."""
+
+    stream: str
+    seq: int
+    pts: float | None
+    captured_at: float
+    published_at: float
+    width: int
+    height: int
+    dropped_before: int
+    latency_ms: Latency
+    model: str
+    engine: str
+    detections: tuple[Detection, ...]
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> DetectionMessage:
+        problems = validate_detection(payload)
+        if problems:
+            raise ValueError("invalid detection message: " + "; ".join(problems))
+        latency = Latency(*(float(payload["latency_ms"][key]) for key in LATENCY_KEYS))
+        return cls(
+            payload["stream"], payload["seq"], payload["pts"], float(payload["captured_at"]),
+            float(payload["published_at"]), payload["width"], payload["height"], payload["dropped_before"],
+            latency, payload["model"], payload["engine"],
+            tuple(Detection.from_payload(item) for item in payload["detections"]),
+            _extra(payload, _MESSAGE_KEYS),
+        )
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "schema": "detstream.detections/1", "stream": self.stream, "seq": self.seq, "pts": self.pts,
+            "captured_at": self.captured_at, "published_at": self.published_at, "width": self.width,
+            "height": self.height, "dropped_before": self.dropped_before,
+            "latency_ms": {key: getattr(self.latency_ms, key) for key in LATENCY_KEYS},
+            "model": self.model, "engine": self.engine,
+            "detections": [d.to_payload() for d in self.detections], **self.extra,
+        }
+
+    def label_counts(self) -> dict[str, int]:
+        """How many boxes per label, most frequent first (ties by label)."""
+        counts: dict[str, int] = {}
+        for detection in self.detections:
+            counts[detection.label] = counts.get(detection.label, 0) + 1
+        return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+@dataclass(frozen=True, slots=True)
+class StatusMessage:
+    """A ``detstream.status/1`` message: a stream's lifecycle state (on change and as a heartbeat)."""
+
+    stream: str
+    state: str
+    reason: str
+    attempt: int
+    retry_in_s: float | None
+    at: float
+    frames: int
+    dropped: int
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> StatusMessage:
+        problems = validate_status(payload)
+        if problems:
+            raise ValueError("invalid status message: " + "; ".join(problems))
+        retry = payload["retry_in_s"]
+        return cls(payload["stream"], payload["state"], payload["reason"], payload["attempt"],
+                   None if retry is None else float(retry), float(payload["at"]), payload["frames"],
+                   payload["dropped"], _extra(payload, _STATUS_KEYS))
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"schema": "detstream.status/1", "stream": self.stream, "state": self.state, "reason": self.reason,
+                "attempt": self.attempt, "retry_in_s": self.retry_in_s, "at": self.at, "frames": self.frames,
+                "dropped": self.dropped, **self.extra}
+
+
+@dataclass(frozen=True, slots=True)
+class GapEvent:
+    """Seqs of ``stream`` that this subscriber did not see between ``expected_seq`` and ``seq``.
+
+    ``missing`` = ``seq - expected_seq``. The publisher reports its own drops
+    in ``dropped_before``; ``explained`` is True when the two agree. An
+    unexplained gap means messages were lost between publisher and
+    subscriber (a full queue at a proxy or here), or the publisher broke the
+    contract.
+    """
+
+    stream: str
+    expected_seq: int
+    seq: int
+    dropped_before: int
+
+    @property
+    def missing(self) -> int:
+        return self.seq - self.expected_seq
+
+    @property
+    def explained(self) -> bool:
+        return self.missing == self.dropped_before
+
+
+Message = DetectionMessage | StatusMessage
