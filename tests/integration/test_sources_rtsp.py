@@ -18,7 +18,7 @@ from app.sources import create_source
 from app.sources.backoff import Backoff
 from app.sources.base import SourceState
 from app.sources.pyav import PyAVSource
-from tests.integration.rtsp import DrainedBatcher, StatusLog, dead_port
+from tests.integration.rtsp import DrainedBatcher, StatusLog, dead_port, make_clip
 
 LIVE = {"/cam": "pattern:320x240@10"}
 HW = (96, 128)
@@ -245,3 +245,14 @@ def test_a_password_in_the_url_appears_in_no_log_status_or_exception(rtsp_server
     assert any("internal error" in t for t in texts), "the exploding sink must have been reported"
     leaks = [t for t in texts if secret in t]
     assert not leaks, leaks[:3]
+
+
+def test_a_file_mount_is_served_without_reencoding_and_loops(rtsp_server, tmp_path):
+    clip = make_clip(tmp_path / "short.mp4", frames=15, fps=10, size="352x288")
+    server = rtsp_server({"/clip": str(clip)}, loop=True)
+    with Running(rtsp(server.url("/clip"))) as run:
+        assert run.sink.wait_count("cam", 25, timeout_s=15), "a 15-frame clip must loop to give 25 frames"
+    received = run.sink.received["cam"]
+    assert [r.meta.seq for r in received] == list(range(len(received)))
+    assert {(r.meta.letterbox.src_width, r.meta.letterbox.src_height) for r in received} == {(352, 288)}
+    assert not any(s.state is SourceState.RECONNECTING for s in run.log.statuses), "looping is seamless"
