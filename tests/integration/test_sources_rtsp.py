@@ -256,3 +256,38 @@ def test_a_file_mount_is_served_without_reencoding_and_loops(rtsp_server, tmp_pa
     assert [r.meta.seq for r in received] == list(range(len(received)))
     assert {(r.meta.letterbox.src_width, r.meta.letterbox.src_height) for r in received} == {(352, 288)}
     assert not any(s.state is SourceState.RECONNECTING for s in run.log.statuses), "looping is seamless"
+
+
+def test_eight_cameras_and_a_dead_one_share_a_batcher_and_survive_a_server_restart(rtsp_server):
+    cams = [f"cam{i}" for i in range(8)]
+    server = rtsp_server({f"/{cam}": "pattern:320x240@5" for cam in cams})
+    sink = DrainedBatcher([*cams, "dead"], live=True, slots=27, quota=3, max_batch=8)
+    logs = {stream_id: StatusLog() for stream_id in [*cams, "dead"]}
+    configs = [rtsp(server.url(f"/{cam}"), cam) for cam in cams]
+    configs.append(rtsp(f"rtsp://127.0.0.1:{dead_port()}/gone", "dead"))
+    sources = [PyAVSource(c, sink, logs[c.id], input_hw=HW, backoff=no_jitter(0.2)) for c in configs]
+    for source in sources:
+        source.start()
+    try:
+        for cam in cams:
+            assert sink.wait_count(cam, 5, timeout_s=15), cam
+        assert logs["dead"].wait_state(SourceState.RECONNECTING, 5) is not None
+        marks = {cam: len(logs[cam].statuses) for cam in cams}
+        server.kill()
+        for cam in cams:
+            assert logs[cam].wait_state(SourceState.RECONNECTING, 10, after=marks[cam]) is not None, cam
+        before = {cam: sink.count(cam) for cam in cams}
+        server.start()
+        for cam in cams:
+            assert sink.wait_count(cam, before[cam] + 3, timeout_s=20), cam
+    finally:
+        for source in sources:
+            source.stop()
+        joined = [source.join(3) for source in sources]
+        sink.close()
+    assert all(joined)
+    for cam in cams:
+        seqs = sink.seqs(cam)
+        assert seqs == sorted(set(seqs)), cam
+    assert sink.count("dead") == 0
+    assert {s.error_kind for s in logs["dead"].statuses if s.state is SourceState.RECONNECTING} == {"refused"}
