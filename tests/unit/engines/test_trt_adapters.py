@@ -192,3 +192,17 @@ def test_letterbox_keeps_the_aspect_ratio_and_centres_the_image() -> None:
     out = letterbox_chw(np.zeros((10, 20, 3), np.uint8), 20, 20, 1.0)
     assert out.shape == (3, 20, 20)
     assert (out[:, :5] == 114).all() and (out[:, 15:] == 114).all() and (out[:, 5:15] == 0).all()
+
+
+def test_build_engine_refuses_clearly_without_a_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from app.engines import trt_build
+    from app.engines.device import CudaDevice
+
+    def no_gpu() -> CudaDevice:
+        raise EngineLoadError("no usable CUDA driver/GPU: cudaGetDeviceCount returned cudaErrorNoDevice")
+
+    monkeypatch.setattr(trt_build.CudaDevice, "open", staticmethod(no_gpu))
+    with pytest.raises(EngineLoadError, match=r"^build-engine needs an NVIDIA GPU with TensorRT ≥ 10: no usable CUDA"):
+        trt_build.build_engine_main(tmp_path / "m.onnx", fp16=True, int8=False, calib=None, batch=(1, 8, 8),
+                                    cache_dir=tmp_path, progress=False)
+    assert list(tmp_path.iterdir()) == []
