@@ -118,8 +118,7 @@ class Pipeline:
         t_bound = time.monotonic()
         spec = self._engine.spec if self._engine else load_spec(cfg, self._models_dir, self._cache_dir)
         if self._engine is None:
-            self._engine = create_engine(spec, cfg.engine)
-            self._engine.warmup()
+            self._engine = create_engine(spec, cfg.engine)  # warms up, and falls back with one log line
         engine = self._engine
         self.metrics.engine.info({"backend": engine.backend, "model": spec.name, "sha256": spec.sha256[:16]})
         logger.info("model %s (%dx%d, %s) on %s", spec.name, spec.input_width, spec.input_height, spec.layout,

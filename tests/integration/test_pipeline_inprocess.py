@@ -1,0 +1,110 @@
+"""The pipeline in-process: an engine failure on one batch, and steady state without allocation growth."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import tracemalloc
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.config import parse_config
+from app.engines.base import Engine, InferenceHandle
+from app.errors import EngineError
+from app.pipeline import Pipeline
+from app.types import ModelSpec
+from tests.conftest import Collector, free_port
+
+
+class _Done(InferenceHandle):
+    def __init__(self, outputs: list[np.ndarray]) -> None:
+        self._outputs = outputs
+
+    def wait(self) -> list[np.ndarray]:
+        return self._outputs
+
+
+class FixedEngine(Engine):
+    """Returns one confident box per frame, fast: isolates the pipeline from model cost."""
+
+    backend = "fixed:test"
+    batch_sizes = (1, 2, 4)
+
+    def __init__(self, fail_on_call: int | None = None) -> None:
+        self.spec = ModelSpec("fixed", "-", "images", 64, 64, "yolov5", ("person", "car"))
+        self._out = np.zeros((4, 3, 7), np.float32)
+        self._out[:, 0, :] = [32, 32, 20, 20, 0.9, 0.95, 0.01]
+        self._fail_on_call = fail_on_call
+        self.calls = 0
+
+    def submit(self, frames: Sequence[np.ndarray]) -> InferenceHandle:
+        self.calls += 1
+        if self.calls == self._fail_on_call:
+            raise EngineError("injected failure")
+        return _Done([self._out[: len(frames)]])
+
+
+@pytest.fixture(scope="module")
+def small_clip(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("clips") / "small.mp4"
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc=size=160x120:rate=25",
+                    "-frames:v", "40", "-c:v", "libx264", "-pix_fmt", "yuv420p", str(path)], check=True, timeout=60)
+    return path
+
+
+def _config(clip: Path, port: int, **source):
+    return parse_config({"sources": [{"id": "s", "url": str(clip), **source}],
+                         "engine": {"max_batch": 4, "max_wait_ms": 2},
+                         "publish": {"endpoint": f"tcp://127.0.0.1:{port}", "startup_wait_s": 1.0}})
+
+
+def test_an_engine_error_on_one_batch_costs_those_frames_and_the_run_goes_on(small_clip):
+    port = free_port()
+    collector = Collector(f"tcp://127.0.0.1:{port}").start()
+    engine = FixedEngine(fail_on_call=3)
+    pipeline = Pipeline(_config(small_clip, port), engine=engine)
+    pipeline.start()
+    assert pipeline.wait(60)
+    pipeline.close()
+    collector.stop()
+    seqs = [d["seq"] for d in collector.detections("s")]
+    lost = sorted(set(range(40)) - set(seqs))
+    assert 1 <= len(lost) <= 4 and lost == list(range(lost[0], lost[0] + len(lost)))
+    after_gap = next(d for d in collector.detections("s") if d["seq"] == lost[-1] + 1)
+    assert after_gap["dropped_before"] == len(lost)
+    final = collector.statuses("s")[-1]
+    assert final["state"] == "ended" and final["dropped"] == len(lost)
+    assert pipeline.metrics.engine_failures._value.get() == 1
+
+
+def test_steady_state_allocates_nothing_that_grows_with_frames(small_clip):
+    port = free_port()
+    pipeline = Pipeline(_config(small_clip, port, loop=True), engine=FixedEngine())
+    pipeline.start()
+    progress = pipeline.results.progress["s"]
+
+    def wait_for(frames: int) -> None:
+        deadline = time.monotonic() + 60
+        while progress.published < frames and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert progress.published >= frames
+
+    try:
+        wait_for(100)
+        tracemalloc.start(5)
+        wait_for(progress.published + 50)
+        before = tracemalloc.take_snapshot()
+        wait_for(progress.published + 300)
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+        pipeline.stop()
+        pipeline.wait(10)
+        pipeline.close()
+    app_only = [tracemalloc.Filter(True, "*/app/*")]
+    growth = after.filter_traces(app_only).compare_to(before.filter_traces(app_only), "lineno")
+    grown = sum(stat.size_diff for stat in growth if stat.size_diff > 0)
+    assert grown < 64 * 1024, "\n".join(str(s) for s in growth[:8])
