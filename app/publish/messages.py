@@ -181,7 +181,13 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)) and math.isfinite(value)
+    """A finite int or float that also fits a float (JSON ints are unbounded: 10**400 would overflow later)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _check_fields(payload: Mapping[str, Any], checks: Mapping[str, tuple[Any, str]]) -> list[str]:

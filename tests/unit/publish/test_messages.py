@@ -135,6 +135,8 @@ def with_change(path: str, value):
         ("stream", "a/b", "stream"),
         ("width", 0, "width"),
         ("captured_at", float("nan"), "captured_at"),
+        ("captured_at", 10**400, "captured_at"),  # a JSON int beyond float range: a problem, not OverflowError
+        ("latency_ms", {"decode": -(10**400), "queue": 1, "infer": 1, "post": 1, "total": 1}, "latency_ms"),
         ("latency_ms", {"decode": 1}, "latency_ms"),
         ("detections", {}, "detections"),
         ("detections.0.box", [10, 20, 10, 30], "x1 < x2"),
@@ -148,6 +150,10 @@ def with_change(path: str, value):
 def test_validator_names_each_problem(path, value, problem):
     problems = validate_detection(with_change(path, value))
     assert problems and any(problem in p for p in problems), problems
+
+
+def test_a_status_with_a_number_beyond_float_range_is_a_problem_not_an_overflow():
+    assert validate_status(status() | {"retry_in_s": 10**400}) != []
 
 
 def test_validators_allow_unknown_keys_and_refuse_non_maps():
