@@ -197,7 +197,9 @@ def _postprocess_alive(results: Any) -> bool:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    allow_reuse_address = False  # a second worker on the same port must fail, not share it
+    # SO_REUSEADDR: a restarted worker may bind while old connections sit in TIME_WAIT. On Linux it never
+    # lets a second process listen on a port in use (that would need SO_REUSEPORT), so that still fails.
+    allow_reuse_address = True
     request_queue_size = 16
 
 

@@ -158,6 +158,23 @@ def test_a_busy_port_is_a_one_line_config_error(pipeline):
             HealthServer(pipeline, "127.0.0.1", port).start()
 
 
+def test_a_second_server_on_a_port_in_use_fails_even_with_reuse_address(pipeline, server):
+    with pytest.raises(ConfigError, match=rf"^metrics.port {server.port}: address already in use$"):
+        HealthServer(pipeline, "127.0.0.1", server.port).start()
+
+
+def test_the_port_can_be_bound_again_while_old_connections_are_in_time_wait(pipeline):
+    first = HealthServer(pipeline, "127.0.0.1", 0)
+    first.start()
+    port = first.port
+    for _ in range(3):
+        get(first, "/healthz")  # the server closes these connections: TIME_WAIT on its side
+    first.stop()
+    second = HealthServer(pipeline, "127.0.0.1", port)
+    second.start()
+    second.stop()
+
+
 def test_an_unbindable_host_is_a_config_error(pipeline):
     with pytest.raises(ConfigError, match=r"^metrics.host 192.0.2.1: cannot bind here"):
         HealthServer(pipeline, "192.0.2.1", 0).start()
@@ -179,13 +196,3 @@ def test_start_and_stop_are_idempotent(pipeline):
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", port)) != 0
     assert not [t for t in threading.enumerate() if t.name == "detstream.health"]
-
-
-def test_the_port_is_free_again_after_stop(pipeline):
-    first = HealthServer(pipeline, "127.0.0.1", 0)
-    first.start()
-    port = first.port
-    first.stop()
-    second = HealthServer(pipeline, "127.0.0.1", port)
-    second.start()
-    second.stop()
