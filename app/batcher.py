@@ -22,6 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from app.ring import FrameRing, Slot, SlotState
@@ -57,8 +58,10 @@ class Batch:
 class Batcher:
     """Per-stream ready queues over one :class:`FrameRing`; thread-safe."""
 
-    def __init__(self, ring: FrameRing, max_batch: int, max_wait_s: float, quota: int) -> None:
+    def __init__(self, ring: FrameRing, max_batch: int, max_wait_s: float, quota: int,
+                 on_admit: Callable[[str], None] | None = None) -> None:
         self.ring = ring
+        self._on_admit = on_admit
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
         self.quota = max(1, quota)
@@ -127,6 +130,8 @@ class Batcher:
             self.ring.transition(slot, SlotState.READY)
             self._streams[meta.stream_id].ready.append(slot)
             self._changed.notify_all()
+        if self._on_admit is not None:
+            self._on_admit(meta.stream_id)
 
     def abandon(self, slot: Slot) -> None:
         """Give back a slot that was not filled (decode error, stop)."""

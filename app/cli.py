@@ -92,7 +92,8 @@ def _add_tools(sub: argparse._SubParsersAction) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="detstream", description="Streaming object detection over ZeroMQ.")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="default INFO, or log.level of the run's config")
     parser.add_argument("--log-format", default=None, choices=["text", "json"])
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run(sub)
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from app.logs import setup_logging
 
-    setup_logging(args.log_level, getattr(args, "run_log_format", None) or args.log_format or "text")
+    setup_logging(args.log_level or "INFO", getattr(args, "run_log_format", None) or args.log_format or "text")
     try:
         return _dispatch(args)
     except DetstreamError as error:

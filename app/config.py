@@ -265,7 +265,10 @@ def format_validation_error(error: ValidationError) -> str:
         value = item.get("input")
         hidden = isinstance(value, (dict, list)) or item["type"] == "missing"
         shown = "" if hidden else f" (got {redact_url(repr(value))})"
-        lines.append(f"{path or 'config'}: {message}{shown}")
+        if not path and re.match(r"^[A-Za-z_][\w.\[\]]*: ", message):
+            lines.append(f"{message}{shown}")  # a model-level check that already names its field
+        else:
+            lines.append(f"{path or 'config'}: {message}{shown}")
     return "; ".join(lines)
 
 

@@ -66,7 +66,6 @@ class HealthServer:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._activity = _PublishActivity()
 
     @property
     def port(self) -> int:
@@ -128,11 +127,11 @@ class HealthServer:
         limit_s = HEARTBEAT_TOLERANCE * heartbeat_s
         if results is None or publisher is None:
             return 503, {"status": "starting", "published_recently": False, "reason": "pipeline not started yet"}
-        age_s = self._activity.age_s(results, publisher)
+        age_s = max(0.0, time.monotonic() - results.last_publish_at)
         body: dict[str, Any] = {"status": "ok", "published_recently": age_s <= limit_s,
                                 "last_publish_age_s": round(age_s, 3), "limit_s": limit_s,
                                 "messages_sent": publisher.sent, "dropped_hwm": publisher.dropped_hwm}
-        if not _postprocess_alive(results):
+        if not results.alive:
             body.update(status="failing", reason="postprocess thread is not running (run ended or crashed)")
             return 503, body
         if not body["published_recently"]:
@@ -155,44 +154,6 @@ class HealthServer:
         detail = ", ".join(f"{sid}: {state}" for sid, state in sorted(states.items())) or "no sources"
         body["reason"] = redact_url(f"no source is running ({detail})")
         return 503, body
-
-
-class _PublishActivity:
-    """When the postprocess thread last published (or sent a heartbeat), as an age in seconds.
-
-    Prefers an explicit ``results.last_publish_at`` (monotonic) when the
-    results stage offers one; otherwise combines the heartbeat clock with
-    changes of ``publisher.sent`` seen here (a change between two looks counts
-    as a publish at the later look, which errs towards "healthy" by at most
-    the interval between probes).
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._sent: int | None = None  # the first look sets the baseline; it is not a publish
-        self._seen_change_at = time.monotonic()
-
-    def age_s(self, results: Any, publisher: Any) -> float:
-        now = time.monotonic()
-        explicit = getattr(results, "last_publish_at", None)
-        if isinstance(explicit, (int, float)):
-            return max(0.0, now - explicit)
-        with self._lock:
-            sent = publisher.sent
-            if self._sent is None:
-                self._sent = sent
-            elif sent != self._sent:
-                self._sent, self._seen_change_at = sent, now
-            latest = self._seen_change_at
-        heartbeat = getattr(results, "_last_heartbeat", None)
-        if isinstance(heartbeat, (int, float)):
-            latest = max(latest, heartbeat)
-        return max(0.0, now - latest)
-
-
-def _postprocess_alive(results: Any) -> bool:
-    thread = getattr(results, "_thread", None)
-    return thread is not None and thread.is_alive()
 
 
 class _Server(ThreadingHTTPServer):

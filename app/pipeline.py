@@ -125,7 +125,9 @@ class Pipeline:
                     engine.backend)
         slots, quota = ring_geometry(cfg)
         ring = FrameRing(slots, spec.input_height, spec.input_width, self._allocator(engine))
-        batcher = Batcher(ring, cfg.engine.max_batch, cfg.engine.max_wait_ms / 1e3, quota)
+        decoded = self.metrics.frames_decoded
+        batcher = Batcher(ring, cfg.engine.max_batch, cfg.engine.max_wait_ms / 1e3, quota,
+                          on_admit=lambda stream_id: decoded.labels(stream=stream_id).inc())
         keep_image = cfg.annotate.dir is not None
         for source_cfg in cfg.sources:
             live = source_cfg.effective_mode is SourceMode.LIVE
@@ -183,7 +185,8 @@ class Pipeline:
         if self._stop.is_set():
             return
         self._stop.set()
-        logger.info("stopping: draining frames in flight")
+        if self.results is not None and not self.done():
+            logger.info("stopping: draining frames in flight")
         for source in self._sources:
             source.stop()
 
@@ -193,7 +196,7 @@ class Pipeline:
         self._force.set()
 
     def done(self) -> bool:
-        return self.results is not None and not self.results._thread.is_alive()
+        return self.results is not None and not self.results.alive
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Wait for the run to end (all sources ended and everything published)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:@/\s]*)(?::(?P<pw>[^@/\s]*))?@")
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:@/\s]*)(?::(?P<pw>[^/\s]*))?@")
 
 
 def redact_url(text: str) -> str:

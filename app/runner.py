@@ -125,17 +125,19 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     from app.logs import setup_logging
 
-    if not args.run_log_format and config.log.format == "json":
-        setup_logging(args.log_level, "json")
+    log_format = args.run_log_format or args.log_format or config.log.format
+    setup_logging(args.log_level or config.log.level, log_format)
     from app.pipeline import Pipeline
 
     pipeline = Pipeline(config, models_dir=args.models_dir)
     _install_signals(pipeline)
-    pipeline.start()
+    # Before the model loads: a busy port fails fast, and /healthz answers "starting" meanwhile.
     server = _serve_metrics(config, pipeline)
     try:
+        pipeline.start()
         _wait(pipeline, config, interactive=False if args.no_progress else None)
     finally:
+        pipeline.stop()
         pipeline.close()
         if server is not None:
             server.stop()

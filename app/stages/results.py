@@ -67,6 +67,7 @@ class ResultsStage:
         self.progress: dict[str, StreamProgress] = {s.id: StreamProgress() for s in config.sources}
         self._pending_terminal: dict[str, SourceStatus] = {}
         self._last_heartbeat = time.monotonic()
+        self.last_publish_at = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="detstream.postprocess", daemon=True)
 
     def start(self) -> None:
@@ -75,6 +76,11 @@ class ResultsStage:
     def join(self, timeout_s: float | None = None) -> bool:
         self._thread.join(timeout_s)
         return not self._thread.is_alive()
+
+    @property
+    def alive(self) -> bool:
+        """The postprocess thread is running (health checks read this)."""
+        return self._thread.is_alive()
 
     def _run(self) -> None:
         try:
@@ -147,6 +153,7 @@ class ResultsStage:
                                     published_at=time.time(), dropped_before=dropped_before,
                                     class_names=self._spec.class_names)
         self._publisher.publish_detections(meta.stream_id, payload)
+        self.last_publish_at = time.monotonic()
         progress.last_seq = meta.seq
         progress.published += 1
         progress.dropped += dropped_before
@@ -204,6 +211,7 @@ class ResultsStage:
         payload = status_payload(stream_id, p.state, p.reason, p.attempt, p.retry_in_s,
                                  frames=p.last_seq + 1, dropped=self._batcher.dropped(stream_id), at=time.time())
         self._publisher.publish_status(stream_id, payload)
+        self.last_publish_at = time.monotonic()
 
     def _heartbeat_if_due(self) -> None:
         now = time.monotonic()

@@ -104,7 +104,7 @@ def run_subscribe(
     """
     out = output if output is not None else sys.stdout
     try:
-        record = open(out_path, "w", encoding="utf-8", buffering=1) if out_path else None  # noqa: SIM115
+        record = open(out_path, "a", encoding="utf-8", buffering=1) if out_path else None  # noqa: SIM115
     except OSError as error:
         print(f"detstream subscribe: cannot write {out_path}: {error.strerror}", file=sys.stderr)
         return 2

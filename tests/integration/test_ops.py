@@ -173,7 +173,6 @@ def test_metrics_show_frames_latencies_batches_ring_and_engine(run):
     assert sample(families, "detstream_source_state", stream="clip", state="running") == 1.0
 
 
-@pytest.mark.xfail(strict=True, reason="detstream_frames_decoded_total is defined in app/metrics.py; nothing counts it")
 def test_metrics_count_decoded_frames(run):
     families = list(text_string_to_metric_families(run["seen"].metrics[-1]))
     assert sample(families, "detstream_frames_decoded_total", stream="clip") > 0
