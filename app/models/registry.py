@@ -1,46 +1,70 @@
-"""Known model names and where their files are (``models/`` by default)."""
+"""Known model names and where their files live (``models/`` by default).
+
+A name is a promise about a file name and how to make it; the registry never
+downloads on its own except through :func:`ensure_default_model`, which the
+pipeline calls for the default model only.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 from app.errors import ModelError
 from app.models.fetch import DEFAULT_MODEL_FILE, fetch_default_model, is_current
 
-KNOWN_MODELS = {
-    "yolov3-tiny": (DEFAULT_MODEL_FILE, "detstream models fetch"),
-    "yolov3-tiny-int8": ("yolov3-tiny-int8.onnx",
-                         "detstream quantize models/yolov3-tiny.onnx --calib VIDEO --out models/yolov3-tiny-int8.onnx"),
+DEFAULT_MODEL = "yolov3-tiny"
+INT8_MODEL_FILE = "yolov3-tiny-int8.onnx"
+
+# name -> (file in the models dir, the command that makes it)
+KNOWN_MODELS: dict[str, tuple[str, str]] = {
+    DEFAULT_MODEL: (DEFAULT_MODEL_FILE, "detstream models fetch"),
+    "yolov3-tiny-int8": (INT8_MODEL_FILE, "detstream quantize"),
 }
 
 
-def _looks_like_path(name_or_path: str) -> bool:
-    return name_or_path.endswith(".onnx") or "/" in name_or_path or "\\" in name_or_path
+class ModelEntry(NamedTuple):
+    """One row of ``detstream models list``; ``size`` is in bytes (0 when absent)."""
+
+    name: str
+    path: Path
+    present: bool
+    size: int
+
+
+def looks_like_path(name_or_path: str) -> bool:
+    """A path, not a registry name: ends in ``.onnx`` or contains a separator."""
+    return name_or_path.lower().endswith(".onnx") or "/" in name_or_path or "\\" in name_or_path
 
 
 def resolve_model(name_or_path: str, models_dir: Path) -> Path:
-    """A model file from a known name or a path; a clear error saying how to get a missing one."""
-    if _looks_like_path(name_or_path):
+    """The model file for a known name or a path; a one-line :class:`ModelError` saying how to get a missing one.
+
+    A path is returned as given (expanded); whether it is a usable model is
+    for :func:`app.models.spec.load_model_spec` to say.
+    """
+    if looks_like_path(name_or_path):
         return Path(name_or_path).expanduser()
     if name_or_path not in KNOWN_MODELS:
         raise ModelError(f"unknown model {name_or_path!r}; known: {', '.join(KNOWN_MODELS)} (or give an .onnx path)")
     filename, how = KNOWN_MODELS[name_or_path]
     path = Path(models_dir) / filename
-    if not path.exists():
-        raise ModelError(f"model {name_or_path!r} is not in {models_dir}/ yet: run `{how}`")
+    if not path.is_file():
+        raise ModelError(f"model {name_or_path!r} is not fetched yet: run `{how}` (looked for {path})")
     return path
 
 
-def list_models(models_dir: Path) -> list[tuple[str, Path, bool, int]]:
-    """(name, path, present, size in bytes) for every known model."""
+def list_models(models_dir: Path) -> list[ModelEntry]:
+    """Every known model with its path, whether it is there, and its size."""
     rows = []
     for name, (filename, _) in KNOWN_MODELS.items():
         path = Path(models_dir) / filename
-        rows.append((name, path, path.exists(), path.stat().st_size if path.exists() else 0))
+        present = path.is_file()
+        rows.append(ModelEntry(name, path, present, path.stat().st_size if present else 0))
     return rows
 
 
 def ensure_default_model(models_dir: Path, cache_dir: Path | None = None) -> Path:
-    """The default model, fetched and converted first when missing or made by another converter version."""
+    """The default model, fetched and converted first when missing, damaged or made by another converter version."""
     path = Path(models_dir) / DEFAULT_MODEL_FILE
     return path if is_current(path) else fetch_default_model(Path(models_dir), cache_dir)
