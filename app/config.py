@@ -237,12 +237,19 @@ def shard_of(source_id: str, shards: int) -> int:
     return int.from_bytes(digest[:8], "big") % shards
 
 
-def interpolate_env(tree: Any, env: dict[str, str], path: str = "") -> Any:
+MAX_DEPTH = 32  # no detstream config is deeper; YAML aliases can make a tree infinitely deep
+
+
+def interpolate_env(tree: Any, env: dict[str, str], path: str = "", depth: int = 0) -> Any:
     """Replace ``${VAR}`` in every string of a parsed YAML tree; unset names raise with the field path."""
+    if depth > MAX_DEPTH:
+        shown = path if len(path) <= 40 else path[:40] + "..."
+        raise ConfigError(f"{shown}: nested more than {MAX_DEPTH} levels deep (a self-referencing YAML alias?)")
     if isinstance(tree, dict):
-        return {key: interpolate_env(value, env, f"{path}.{key}" if path else str(key)) for key, value in tree.items()}
+        return {key: interpolate_env(value, env, f"{path}.{key}" if path else str(key), depth + 1)
+                for key, value in tree.items()}
     if isinstance(tree, list):
-        return [interpolate_env(value, env, f"{path}[{i}]") for i, value in enumerate(tree)]
+        return [interpolate_env(value, env, f"{path}[{i}]", depth + 1) for i, value in enumerate(tree)]
     if isinstance(tree, str):
         def _lookup(match: re.Match[str]) -> str:
             name = match.group(1)
@@ -287,13 +294,17 @@ def load_config(path: str | Path, env: dict[str, str] | None = None) -> Detstrea
     """Read and validate a YAML config file."""
     file = Path(path)
     try:
-        text = file.read_text()
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{file}: not a text (UTF-8) file") from None
     except OSError as error:
         raise ConfigError(f"{file}: cannot read config ({error.strerror or error})") from None
     try:
         tree = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise ConfigError(f"{file}: not valid YAML ({str(error).splitlines()[0]})") from None
+    except RecursionError:
+        raise ConfigError(f"{file}: YAML nested too deeply") from None
     return parse_config(tree, env)
 
 

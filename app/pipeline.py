@@ -27,6 +27,7 @@ from app.batcher import Batcher
 from app.config import DetstreamConfig, SourceMode
 from app.engines import create_engine
 from app.engines.base import Engine
+from app.errors import ConfigError
 from app.metrics import PipelineMetrics
 from app.models.registry import ensure_default_model, resolve_model
 from app.models.spec import load_model_spec
@@ -82,6 +83,19 @@ def ring_geometry(config: DetstreamConfig) -> tuple[int, int]:
     return quota * streams, quota
 
 
+def _check_output_dir(path: str | None) -> None:
+    """Fail before the model loads when annotations could not be written."""
+    if path is None:
+        return
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise ConfigError(f"annotate.dir {path}: exists and is not a directory")
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"annotate.dir {path}: cannot create ({error.strerror})") from None
+
+
 class Pipeline:
     """A configured run: build with the config, then :meth:`start`, :meth:`wait`, :meth:`stop`."""
 
@@ -106,6 +120,7 @@ class Pipeline:
     def start(self) -> None:
         """Bind the publisher, load the engine, then start every stage; sources last."""
         cfg = self.config
+        _check_output_dir(cfg.annotate.dir)
         self.publisher = ZmqPublisher(cfg.publish)
         try:
             self._build_and_start()
