@@ -64,13 +64,16 @@ class RealtimePacer:
     """Hold frames back until their pts-relative wall time, like a camera would deliver them.
 
     Anchors at the first frame (``wall = anchor_wall + pts - anchor_pts``).
-    Re-anchors when pts jumps back (a loop restart) or when the decoder is
-    more than ``max_lag_s`` late (a slow consumer should not cause a burst).
+    Re-anchors when pts jumps back (a loop restart), when the decoder is more
+    than ``max_lag_s`` late (a slow consumer should not cause a burst), and
+    when pts jumps forward by more than ``max_gap_s`` (a timestamp
+    discontinuity must not freeze the source for hours).
     """
 
-    def __init__(self, clock: Clock = time.monotonic, max_lag_s: float = 1.0) -> None:
+    def __init__(self, clock: Clock = time.monotonic, max_lag_s: float = 1.0, max_gap_s: float = 5.0) -> None:
         self._clock = clock
         self._max_lag_s = max_lag_s
+        self._max_gap_s = max_gap_s
         self._anchor: tuple[float, float] | None = None  # (pts_s, wall_s)
         self._last_pts: float | None = None
 
@@ -79,7 +82,8 @@ class RealtimePacer:
         if pts_s is None:
             return True
         now = self._clock()
-        if self._anchor is None or (self._last_pts is not None and pts_s < self._last_pts):
+        jumped = self._last_pts is not None and not 0 <= pts_s - self._last_pts <= self._max_gap_s
+        if self._anchor is None or jumped:
             self._anchor = (pts_s, now)
         self._last_pts = pts_s
         due = self._anchor[1] + (pts_s - self._anchor[0])

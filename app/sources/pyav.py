@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 import traceback
+from dataclasses import replace
 
 import av
 import cv2
@@ -81,6 +82,7 @@ class PyAVSource(FrameSource):
         self._finished = False
         self._thread = threading.Thread(target=self._run, name=f"detstream.decode.{self.stream_id}", daemon=True)
         self._seq = 0
+        self._damaged = 0  # undecodable packets and frames the decoder flagged corrupt
         self._total_frames: int | None = None
         self._hw_disabled = False
         self._first_of_session = True
@@ -129,6 +131,10 @@ class PyAVSource(FrameSource):
             self._finish(terminal)
 
     def _finish(self, terminal: SourceStatus) -> None:
+        if self._damaged:
+            logger.warning("source %s: %d damaged frames (corrupt data; the decoder recovered at the next keyframe)",
+                           self.stream_id, self._damaged, extra={"source_id": self.stream_id})
+            terminal = replace(terminal, reason=f"{terminal.reason}; {self._damaged} damaged frames")
         with self._lifecycle:
             self._finished = True
             interrupt.clear(threading.get_ident())
@@ -253,6 +259,7 @@ class PyAVSource(FrameSource):
                     frames = packet.decode()
                 except av.error.InvalidDataError as exc:
                     bad += 1
+                    self._damaged += 1
                     logger.debug("source %s: undecodable packet: %s", self.stream_id, describe(exc),
                                  extra={"source_id": self.stream_id})
                     if bad >= MAX_BAD_PACKETS:
@@ -264,6 +271,8 @@ class PyAVSource(FrameSource):
                 decode_ms = (time.perf_counter() - started) * 1000.0 / max(1, len(frames))
                 for frame in frames:
                     decoded += 1
+                    if getattr(frame, "is_corrupt", False):
+                        self._damaged += 1
                     if not self._deliver(frame, decode_ms):
                         return decoded
         except (av.FFmpegError, OSError) as exc:

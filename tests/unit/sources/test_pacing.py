@@ -99,3 +99,14 @@ def test_pacing_returns_false_when_the_sleep_is_interrupted_by_stop():
     pacer = RealtimePacer(fake.clock)
     pacer.wait(0.0, fake.sleep)
     assert pacer.wait(1.0, lambda seconds: True) is False
+
+
+def test_a_forward_timestamp_jump_reanchors_instead_of_sleeping_for_hours():
+    fake = FakeTime()
+    pacer = RealtimePacer(fake.clock, max_gap_s=5.0)
+    pacer.wait(0.0, fake.sleep)
+    pacer.wait(0.1, fake.sleep)
+    pacer.wait(36000.1, fake.sleep)  # a 10-hour discontinuity in the stream's clock
+    assert fake.now == pytest.approx(50.1)
+    pacer.wait(36000.2, fake.sleep)
+    assert fake.sleeps[-1] == pytest.approx(0.1), "after the jump, frames are paced from the new anchor"
