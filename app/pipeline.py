@@ -165,6 +165,8 @@ class Pipeline:
         self._inference.start()
         self._started_at = time.monotonic()
         for source in self._sources:
+            if self._stop.is_set():  # a signal came while the engine loaded: end at once, publish 'ended'
+                source.stop()
             source.start()
         self.ready.set()
 
@@ -228,6 +230,10 @@ class Pipeline:
             source.join(timeout_s)
         if self._annotate is not None:
             self._annotate.close()
+        inference = getattr(self, "_inference", None)
+        if inference is not None and not inference.join(timeout_s):
+            logger.warning("engine thread still busy after %.0f s; leaving the engine to process exit", timeout_s)
+            return  # releasing a session under a running inference aborts the process
         if self._engine is not None:
             self._engine.close()
 

@@ -137,9 +137,6 @@ class LoggedRun:
         return self.proc.returncode, took
 
 
-@pytest.mark.xfail(strict=True, reason="Pipeline.start starts the sources even when stop() came during start-up "
-                                       "(model loading): they run until the 5 s drain timeout, and the forced exit "
-                                       "closes the engine under the running engine thread (SIGABRT, exit -6)")
 def test_a_signal_during_start_up_still_exits_0_within_5_s(long_clips, default_model, collector, port):
     run = LoggedRun(*run_args(port, f"a={long_clips[0]}", f"b={long_clips[1]}"))
     try:
