@@ -1,0 +1,169 @@
+"""Clips for the benchmarks: the named test clips, shortened copies, and simulated cameras.
+
+Copies are made once with PyAV into a cache folder and reused (the name says
+what they are made of). Remuxing copies packets without decoding them, so a
+shortened clip decodes exactly like the original.
+
+Simulated cameras (``camera_clips``): a 5 fps copy of the clip, encoded once
+with the clip's own codec, then one remux per camera in which
+
+* the content starts at a different keyframe (cameras do not all see the
+  same frame at the same moment), and
+* every frame after the first is shifted by ``i / K`` of a frame interval.
+
+``detstream run --realtime`` paces each file from its first frame, so camera
+``i`` then delivers its frames ``i / K`` of an interval after camera 0, as
+independent cameras do (their clocks are not in step). ``phase="sync"`` uses
+the clip itself, decimated by the pipeline (``max_fps``), so that every camera
+delivers at the same instant: the worst case, reported separately.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from fractions import Fraction
+from pathlib import Path
+
+import av
+
+logger = logging.getLogger(__name__)
+
+NAMED_CLIPS = {"vtest": "vtest.avi", "bikes": "bikes.mp4"}
+CAMERA_TIME_BASE = Fraction(1, 1000)
+
+
+def resolve_clip(name: str) -> Path:
+    """``vtest`` / ``bikes`` (fetched into the cache by :func:`app.assets.fetch_clip`) or a path."""
+    file_name = NAMED_CLIPS.get(name, name if name in NAMED_CLIPS.values() else None)
+    if file_name is not None:
+        from app.assets import fetch_clip
+
+        return Path(fetch_clip(file_name, None)).resolve()
+    path = Path(name).expanduser().resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"--clip {name}: no such file (use vtest, bikes or a path)")
+    return path
+
+
+def clip_label(name: str) -> str:
+    """A short name for tables and JSON keys: ``vtest``, ``bikes`` or the file stem."""
+    for label, file_name in NAMED_CLIPS.items():
+        if name in (label, file_name):
+            return label
+    return Path(name).stem
+
+
+def _cache_name(clip: Path, what: str) -> str:
+    st = clip.stat()
+    digest = hashlib.sha256(f"{clip}:{st.st_size}:{st.st_mtime_ns}:{what}".encode()).hexdigest()[:12]
+    return f"{clip.stem}-{what}-{digest}.mkv"
+
+
+def head_copy(clip: Path, frames: int, cache_dir: Path) -> Path:
+    """The first ``frames`` video packets of ``clip``, remuxed (no re-encoding) into an MKV."""
+    out_path = cache_dir / _cache_name(clip, f"head{frames}")
+    if out_path.exists():
+        return out_path
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    partial = out_path.with_suffix(".part.mkv")
+    with av.open(str(clip)) as src, av.open(str(partial), "w") as dst:
+        in_stream = src.streams.video[0]
+        out_stream = dst.add_stream_from_template(in_stream)
+        copied = 0
+        for packet in src.demux(in_stream):
+            if packet.dts is None:
+                continue
+            packet.stream = out_stream
+            dst.mux(packet)
+            copied += 1
+            if copied >= frames:
+                break
+    partial.rename(out_path)
+    return out_path
+
+
+def count_frames(clip: Path, limit: int | None = None) -> int:
+    """Frames PyAV decodes from ``clip`` (at most ``limit``)."""
+    decoded = 0
+    with av.open(str(clip)) as container:
+        for _ in container.decode(video=0):
+            decoded += 1
+            if limit is not None and decoded >= limit:
+                break
+    return decoded
+
+
+def _encode_at_fps(clip: Path, fps: int, max_frames: int | None, cache_dir: Path) -> Path:
+    """``clip`` re-encoded at ``fps`` (frames picked on a pts grid), keyframe every 2 s, same codec if possible."""
+    out_path = cache_dir / _cache_name(clip, f"{fps}fps{max_frames or ''}")
+    if out_path.exists():
+        return out_path
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    partial = out_path.with_suffix(".part.mkv")
+    with av.open(str(clip)) as src:
+        in_stream = src.streams.video[0]
+        codec = in_stream.codec_context.name
+        codec = codec if codec in av.codecs_available and _can_encode(codec) else "mpeg4"
+        with av.open(str(partial), "w") as dst:
+            out = dst.add_stream(codec, rate=fps)
+            out.width, out.height = in_stream.codec_context.width, in_stream.codec_context.height
+            out.pix_fmt = "yuv420p"
+            out.bit_rate = 2_000_000
+            out.gop_size = 2 * fps
+            written, next_t = 0, None
+            for frame in src.decode(in_stream):
+                t = float(frame.time or 0.0)
+                if next_t is not None and t + 1e-6 < next_t:
+                    continue
+                next_t = (next_t if next_t is not None else t) + 1.0 / fps
+                picture = av.VideoFrame.from_ndarray(frame.to_ndarray(format="yuv420p"), format="yuv420p")
+                picture.pts = written
+                picture.time_base = Fraction(1, fps)
+                dst.mux(out.encode(picture))
+                written += 1
+                if max_frames is not None and written >= max_frames:
+                    break
+            dst.mux(out.encode(None))
+    partial.rename(out_path)
+    return out_path
+
+
+def _can_encode(codec: str) -> bool:
+    try:
+        av.codec.Codec(codec, "w")
+    except Exception:  # no encoder of that name in this FFmpeg build: the caller picks another codec
+        return False
+    return True
+
+
+def camera_clips(clip: Path, cameras: int, fps: int, cache_dir: Path, max_frames: int | None = None) -> list[Path]:
+    """One file per simulated camera: ``fps`` frames per second, phases spread over one interval (module doc)."""
+    base = _encode_at_fps(clip, fps, max_frames, cache_dir)
+    with av.open(str(base)) as src:
+        packets = [p for p in src.demux(src.streams.video[0]) if p.dts is not None]
+        keyframes = [i for i, p in enumerate(packets) if p.is_keyframe]
+    paths = []
+    for camera in range(cameras):
+        out_path = cache_dir / _cache_name(base, f"cam{camera}of{cameras}")
+        if not out_path.exists():
+            start = keyframes[(camera * len(keyframes)) // cameras]
+            _remux_camera(base, start, camera / cameras / fps, fps, out_path)
+        paths.append(out_path)
+    return paths
+
+
+def _remux_camera(base: Path, start: int, phase_s: float, fps: int, out_path: Path) -> None:
+    partial = out_path.with_suffix(".part.mkv")
+    with av.open(str(base)) as src, av.open(str(partial), "w") as dst:
+        in_stream = src.streams.video[0]
+        packets = [p for p in src.demux(in_stream) if p.dts is not None]
+        out_stream = dst.add_stream_from_template(in_stream)
+        for index, packet in enumerate(packets[start:] + packets[:start]):
+            t = index / fps + (phase_s if index else 0.0)
+            packet.stream = out_stream
+            packet.time_base = CAMERA_TIME_BASE
+            packet.pts = packet.dts = round(t / CAMERA_TIME_BASE)
+            packet.duration = round(1 / fps / CAMERA_TIME_BASE)
+            dst.mux(packet)
+    partial.rename(out_path)

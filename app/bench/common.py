@@ -1,0 +1,316 @@
+"""Shared pieces of the benchmarks: statistics, loopback ports, the worker subprocess and a raw SUB socket.
+
+A *worker* is ``python -m app run ...`` (what an operator types as
+``detstream run``) in its own session, so that it can be ended by its own
+process group. While it runs, thread ``bench.sub`` receives its messages and
+thread ``bench.rss`` samples the resident memory of its process tree; neither
+parses anything until the worker has exited, so the measuring process takes
+as little of the two cores as it can.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import zmq
+
+from app.publish.messages import decode
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RSS_SAMPLE_S = 0.1
+
+
+def stat(values: list[float], digits: int = 2) -> dict[str, Any]:
+    """Median and spread of repeated runs: ``{"median", "min", "max", "runs"}``."""
+    runs = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not runs:
+        return {"median": None, "min": None, "max": None, "runs": []}
+    return {"median": round(float(np.median(runs)), digits), "min": round(min(runs), digits),
+            "max": round(max(runs), digits), "runs": [round(v, digits) for v in runs]}
+
+
+def percentiles(values: list[float], points: tuple[int, ...] = (50, 95, 99), digits: int = 1) -> dict[str, float]:
+    """``{"p50": ..., "p95": ..., "p99": ...}`` of ``values`` (empty dict when there are none)."""
+    if not values:
+        return {}
+    arr = np.asarray(values, dtype=np.float64)
+    return {f"p{p}": round(float(np.percentile(arr, p)), digits) for p in points}
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass(slots=True)
+class Received:
+    """One message as it arrived: ``t_recv`` is this process's ``time.monotonic()``."""
+
+    t_recv: float
+    topic: bytes
+    payload: bytes
+
+
+class RawSubscriber:
+    """A plain pyzmq SUB socket on thread ``bench.sub``, recording messages unparsed until :meth:`stop`."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.messages: list[Received] = []
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench.sub", daemon=True)
+
+    def start(self) -> RawSubscriber:
+        self._thread.start()
+        self._ready.wait(5)
+        return self
+
+    def _run(self) -> None:
+        with zmq.Context() as ctx, ctx.socket(zmq.SUB) as sub:
+            sub.linger = 0
+            sub.rcvhwm = 0  # never drop on our side: every message counts
+            sub.setsockopt(zmq.SUBSCRIBE, b"")
+            sub.connect(self.endpoint)
+            self._ready.set()
+            append = self.messages.append
+            while not self._stop.is_set():
+                if sub.poll(50, zmq.POLLIN):
+                    while True:
+                        try:
+                            topic, payload = sub.recv_multipart(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        append(Received(time.monotonic(), topic, payload))
+
+    def stop(self, settle_s: float = 0.3) -> list[Received]:
+        """Wait ``settle_s`` for messages still on the wire, then close; returns everything received."""
+        time.sleep(settle_s)
+        self._stop.set()
+        self._thread.join(5)
+        return self.messages
+
+
+def _proc_stat() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot, from /proc/stat."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(x) for x in stat.readline().split()[1:]]
+    except OSError:
+        return 0.0, 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields) - idle) / tick, sum(fields) / tick
+
+
+class Background:
+    """CPU used by *other* processes while a measurement runs, in cores (0.0 on a quiet machine).
+
+    ``own_cpu_s`` is what the measured processes used themselves (this process
+    for in-process runs, plus the worker tree for subprocess runs).
+    """
+
+    def __init__(self) -> None:
+        self._busy0, _ = _proc_stat()
+        self._own0 = _own_cpu_s()
+        self._t0 = time.monotonic()
+
+    def cores(self, worker_cpu_s: float = 0.0) -> float:
+        busy, _ = _proc_stat()
+        wall = max(time.monotonic() - self._t0, 1e-3)
+        other = (busy - self._busy0) - (_own_cpu_s() - self._own0) - worker_cpu_s
+        return round(max(other, 0.0) / wall, 2)
+
+
+def _own_cpu_s() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def wait_for_quiet(max_wait_s: float, threshold_cores: float = 0.2, window_s: float = 1.0) -> float:
+    """Wait (at most ``max_wait_s``) until other processes use under ``threshold_cores``; returns the last reading."""
+    if max_wait_s <= 0:
+        return -1.0
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        probe = Background()
+        time.sleep(window_s)
+        load = probe.cores()
+        if load < threshold_cores or time.monotonic() >= deadline:
+            return load
+
+
+class RssSampler:
+    """Samples the resident set of a process and all its children on thread ``bench.rss``.
+
+    ``peak_bytes`` is the largest sampled tree total; ``hwm_bytes`` is the
+    kernel's own high-water mark (``VmHWM``) of the main process, which also
+    catches peaks shorter than the sampling interval.
+    """
+
+    def __init__(self, pid: int, interval_s: float = RSS_SAMPLE_S) -> None:
+        self.pid = pid
+        self.interval_s = interval_s
+        self.peak_bytes = 0
+        self.hwm_bytes = 0
+        self.cpu_s = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench.rss", daemon=True)
+
+    def start(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            root = psutil.Process(self.pid)
+        except psutil.NoSuchProcess:
+            return
+        while not self._stop.is_set():
+            try:
+                total = root.memory_info().rss
+                cpu = sum(root.cpu_times()[:2])
+                for child in root.children(recursive=True):
+                    try:
+                        total += child.memory_info().rss
+                        cpu += sum(child.cpu_times()[:2])
+                    except psutil.NoSuchProcess:
+                        continue
+                self.peak_bytes = max(self.peak_bytes, total)
+                self.cpu_s = max(self.cpu_s, cpu)
+                self.hwm_bytes = max(self.hwm_bytes, _vm_hwm(self.pid))
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                return
+            self._stop.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+
+    @property
+    def peak_mb(self) -> float:
+        """Largest sampled RSS of the tree (what psutil sees)."""
+        return self.peak_bytes / 2**20
+
+    @property
+    def hwm_mb(self) -> float:
+        """The kernel's high-water mark of the main process (catches short peaks, e.g. while loading)."""
+        return self.hwm_bytes / 2**20
+
+
+def _vm_hwm(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return 0
+    return 0
+
+
+@dataclass
+class WorkerRun:
+    """What one ``detstream run`` subprocess did, as seen from outside it."""
+
+    argv: list[str]
+    returncode: int
+    t_start: float
+    t_exit: float
+    peak_rss_mb: float
+    hwm_mb: float
+    worker_cpu_s: float
+    background_cores: float
+    timed_out: bool
+    messages: list[Received]
+    stderr_tail: str
+    encoding: str = "json"
+    _parsed: list[tuple[str, dict[str, Any], float]] | None = field(default=None, repr=False)
+
+    @property
+    def wall_s(self) -> float:
+        return self.t_exit - self.t_start
+
+    def parsed(self) -> list[tuple[str, dict[str, Any], float]]:
+        """``(topic, payload, t_recv)`` for every message, in arrival order."""
+        if self._parsed is None:
+            self._parsed = [(m.topic.decode(), decode(m.payload, self.encoding), m.t_recv) for m in self.messages]
+        return self._parsed
+
+    def detections(self) -> list[tuple[dict[str, Any], float]]:
+        return [(p, t) for topic, p, t in self.parsed() if topic.startswith("det/")]
+
+    def statuses(self) -> list[dict[str, Any]]:
+        return [p for topic, p, _ in self.parsed() if topic.startswith("status/")]
+
+    def check(self) -> None:
+        """Raise with the worker's own last words when it did not exit cleanly."""
+        if self.timed_out:
+            raise RuntimeError(f"worker overran its time limit: {' '.join(self.argv)}\n{self.stderr_tail}")
+        if self.returncode != 0:
+            raise RuntimeError(f"worker exited with {self.returncode}: {' '.join(self.argv)}\n{self.stderr_tail}")
+
+
+def worker_argv(args: list[str]) -> list[str]:
+    """``detstream run ARGS`` as a subprocess command (the same interpreter, so the same venv)."""
+    return [sys.executable, "-m", "app", "--log-level", "WARNING", "run", *args]
+
+
+def run_worker(args: list[str], endpoint: str, timeout_s: float, encoding: str = "json",
+               settle_s: float = 0.0) -> WorkerRun:
+    """Start the subscriber, then the worker; wait for it (bounded), stop it for good if it overruns.
+
+    ``settle_s``: first wait up to this long for other processes to leave the CPU alone.
+    """
+    argv = worker_argv(args)
+    if settle_s > 0:
+        wait_for_quiet(settle_s)
+    subscriber = RawSubscriber(endpoint.removeprefix("connect+")).start()
+    timed_out = False
+    with tempfile.TemporaryFile(mode="w+") as log:
+        background = Background()
+        t_start = time.monotonic()
+        proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        sampler = RssSampler(proc.pid).start()
+        try:
+            returncode = proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            returncode = _end(proc)
+        finally:
+            t_exit = time.monotonic()
+            sampler.stop()
+            other = background.cores(sampler.cpu_s)
+            if proc.poll() is None:
+                _end(proc)
+        messages = subscriber.stop()
+        log.seek(0)
+        tail = log.read()[-4000:]
+    return WorkerRun(argv, returncode, t_start, t_exit, sampler.peak_mb, sampler.hwm_mb, sampler.cpu_s, other,
+                     timed_out, messages, tail, encoding)
+
+
+def _end(proc: subprocess.Popen) -> int:
+    """SIGTERM (drain), then SIGKILL the worker's own process group after 10 s."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return proc.wait(5)

@@ -1,0 +1,38 @@
+"""Benchmark 5, memory: peak RSS of the worker's process tree with 1 and with K live streams.
+
+Reuses live runs already made for the same K (the live search keeps them),
+so that memory costs no extra run when the live benchmark went first. RSS is
+sampled every 0.1 s with psutil over the worker and its children, and the
+kernel's high-water mark (``VmHWM``) of the worker is taken too.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from app.bench.common import stat
+from app.bench.live_mode import LiveSettings, run_live_once
+
+
+def run_memory(settings: LiveSettings, low_k: int, high_k: int, repeats: int,
+               cache: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="detstream-bench-") as tmp:
+        for k in (low_k, high_k):
+            missing = repeats - len(cache.get(k, []))
+            for _ in range(max(0, missing)):
+                cache.setdefault(k, []).append(run_live_once(settings, k, Path(tmp)))
+    low = stat([r["peak_rss_mb"] for r in cache[low_k]], 1)
+    high = stat([r["peak_rss_mb"] for r in cache[high_k]], 1)
+    per_stream = (high["median"] - low["median"]) / (high_k - low_k)
+    return {
+        "low_k": low_k,
+        "high_k": high_k,
+        "peak_rss_mb_low": low,
+        "peak_rss_mb_high": high,
+        "rss_per_stream_mb": round(per_stream, 1),
+        "hwm_mb_low": stat([r["hwm_mb"] for r in cache[low_k]], 1),
+        "hwm_mb_high": stat([r["hwm_mb"] for r in cache[high_k]], 1),
+        "note": "peak = largest psutil sample (0.1 s) of the worker's process tree; hwm = kernel VmHWM of the worker",
+    }

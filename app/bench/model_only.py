@@ -1,0 +1,136 @@
+"""Benchmark 1, the model-only ceiling: the engine alone on frames already letterboxed in memory.
+
+The engine is the one the pipeline builds (:func:`app.engines.create_engine`
+with the pipeline's :class:`EngineConfig`; on a machine without a GPU that is
+:class:`app.engines.onnxruntime.OrtEngine` on the CPU provider), fed the same
+kind of arrays the ring slots hold. No decoding, no queues, no postprocess:
+what is left is the most frames per second the pipeline could ever reach.
+
+Repeats are interleaved (every batch size once, then again), so that a noisy
+minute on a shared machine does not land on one batch size only.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import av
+import numpy as np
+
+from app.bench.common import Background, stat
+from app.engines.base import Engine
+from app.postprocess.yolo import decode_batch
+from app.preprocess import letterbox_into
+from app.ring import aligned_empty
+from app.types import Letterbox, ModelSpec
+
+
+def load_frames(clip: str, count: int, spec: ModelSpec) -> tuple[list[np.ndarray], list[Letterbox]]:
+    """The first ``count`` frames of ``clip``, letterboxed exactly as the decoder threads do it."""
+    frames, boxes = [], []
+    with av.open(clip) as container:
+        for frame in container.decode(video=0):
+            slot = aligned_empty((3, spec.input_height, spec.input_width))
+            boxes.append(letterbox_into(frame.to_ndarray(format="rgb24"), slot, spec.scale))
+            frames.append(slot)
+            if len(frames) >= count:
+                break
+    if not frames:
+        raise RuntimeError(f"{clip}: no frames decoded")
+    return frames, boxes
+
+
+def prepare(engine: Engine, frames: list[np.ndarray], batch_sizes: list[int]) -> list[int]:
+    """The batch sizes the engine runs, each called once (the first call of a size binds its buffers)."""
+    sizes = [b for b in batch_sizes if b <= max(engine.batch_sizes)]
+    for b in sizes:
+        engine.submit(_batch(frames, 0, b)).wait()
+    return sizes
+
+
+def measure_round(engine: Engine, frames: list[np.ndarray], sizes: list[int], seconds: float,
+                  min_batches: int = 3) -> dict[str, Any]:
+    """One timed run per batch size: ``{"fps": {b: ...}, "ms": {b: ...}, "background_cores": ...}``."""
+    background = Background()
+    fps, ms = {}, {}
+    for b in sizes:
+        fps[b], ms[b] = _timed_run(engine, frames, b, seconds, min_batches)
+    return {"fps": fps, "ms": ms, "background_cores": background.cores()}
+
+
+def summarize(rounds: list[dict[str, Any]], engine_name: str, frames_in_memory: int,
+              seconds: float) -> dict[str, Any]:
+    """Median and spread per batch size over the rounds; ``best_fps`` is the best batch size's."""
+    sizes = list(rounds[0]["fps"])
+    batches = {}
+    for b in sizes:
+        ms = [r["ms"][b] for r in rounds]
+        batches[str(b)] = {"fps": stat([r["fps"][b] for r in rounds]), "ms_per_batch": stat(ms),
+                           "ms_per_frame": round(float(np.median(ms)) / b, 2)}
+    best = max(sizes, key=lambda b: batches[str(b)]["fps"]["median"])
+    return {"engine": engine_name, "frames_in_memory": frames_in_memory, "seconds_per_run": seconds,
+            "batches": batches, "best_batch": best, "best_fps": batches[str(best)]["fps"],
+            "best_fps_per_round": [round(max(r["fps"].values()), 2) for r in rounds],
+            "background_cores": stat([r["background_cores"] for r in rounds])}
+
+
+def run_model_only(engine: Engine, frames: list[np.ndarray], batch_sizes: list[int], repeats: int,
+                   seconds: float) -> dict[str, Any]:
+    """fps and ms per batch for each batch size, median of ``repeats`` interleaved rounds."""
+    sizes = prepare(engine, frames, batch_sizes)
+    rounds = [measure_round(engine, frames, sizes, seconds) for _ in range(repeats)]
+    return summarize(rounds, engine.backend, len(frames), seconds)
+
+
+def _batch(frames: list[np.ndarray], start: int, size: int) -> list[np.ndarray]:
+    return [frames[(start + i) % len(frames)] for i in range(size)]
+
+
+def _timed_run(engine: Engine, frames: list[np.ndarray], size: int, seconds: float,
+               min_batches: int) -> tuple[float, float]:
+    times = []
+    started = time.perf_counter()
+    done = 0
+    while done < min_batches or time.perf_counter() - started < seconds:
+        t0 = time.perf_counter()
+        engine.submit(_batch(frames, done * size, size)).wait()
+        times.append(time.perf_counter() - t0)
+        done += 1
+    elapsed = time.perf_counter() - started
+    return done * size / elapsed, float(np.median(times)) * 1e3
+
+
+def postprocess_timing(engine: Engine, frames: list[np.ndarray], boxes: list[Letterbox], spec: ModelSpec,
+                       conf: float, iou: float, max_detections: int, repeats: int = 30) -> dict[str, Any]:
+    """:func:`decode_batch` on the engine's real outputs for the first 8 frames, next to that batch's inference.
+
+    Also :func:`app.postprocess.bench.bench_postprocess` on synthetic outputs
+    of the model's own shape with many candidates (a crowded scene).
+    """
+    size = min(8, max(engine.batch_sizes), len(frames))
+    t0 = time.perf_counter()
+    outputs = [np.array(o) for o in engine.submit(frames[:size]).wait()]  # the engine reuses its buffers
+    infer_ms = (time.perf_counter() - t0) * 1e3
+    timings, found = [], 0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        dets = decode_batch(outputs, spec, boxes[:size], conf_threshold=conf, iou_threshold=iou,
+                            class_ids_keep=None, max_detections=max_detections)
+        timings.append((time.perf_counter() - t0) * 1e3)
+        found = sum(len(d) for d in dets)
+    result: dict[str, Any] = {
+        "batch": size,
+        "real_ms": {k: v for k, v in stat(timings, 3).items() if k != "runs"},
+        "real_detections_per_frame": round(found / size, 1),
+        "infer_ms_same_batch": round(infer_ms, 1),
+    }
+    if spec.layout in ("yolov5", "yolov8") and outputs:
+        from app.postprocess.bench import bench_postprocess
+
+        boxes_per_frame = outputs[0].shape[1] if spec.layout == "yolov5" else outputs[0].shape[2]
+        synthetic = bench_postprocess(layout=spec.layout, batch=size, boxes=boxes_per_frame,
+                                      candidates_per_frame=min(2000, boxes_per_frame // 4), repeats=repeats)
+        result["synthetic_crowded_ms"] = synthetic["median_ms"]
+        result["synthetic_candidates_per_frame"] = min(2000, boxes_per_frame // 4)
+    return result

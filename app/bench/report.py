@@ -1,0 +1,220 @@
+"""Tables and JSON: the targets of the performance issue checked against a result tree, printed with rich.
+
+Every figure is printed as ``median (min–max)`` over the repeats. A target
+whose figure was not measured in this run (``--only``, ``--quick``) says so
+instead of passing or failing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+TARGET_CAMERAS = 8
+TARGET_P99_MS = 150.0
+
+
+def spread(entry: dict[str, Any] | None, unit: str = "") -> str:
+    if not entry or entry.get("median") is None:
+        return "-"
+    if entry["min"] == entry["max"]:
+        return f"{entry['median']:g}{unit}"
+    return f"{entry['median']:g}{unit} ({entry['min']:g}–{entry['max']:g})"
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """``[{"name", "value", "target", "pass"}]``; ``pass`` is None when the figure was not measured."""
+    rows: list[dict[str, Any]] = []
+
+    def add(name: str, value: Any, target: str, ok: bool | None) -> None:
+        rows.append({"name": name, "value": value, "target": target, "pass": ok})
+
+    for label, ratio in results.get("ratios", {}).items():
+        for key, name, wanted in (("e2e_over_model_only", "model-only", 0.95), ("e2e_over_naive", "naive", 1.15)):
+            value = ratio.get(key, {}).get("median")
+            add(f"file e2e / {name} ({label})", value, f">= {wanted:g}", None if value is None else value >= wanted)
+    live = results.get("live", {})
+    step = next((s for s in live.get("steps", []) if s["k"] == TARGET_CAMERAS), None)
+    if step is None:
+        add(f"live {TARGET_CAMERAS} cameras: no drops, p99", None, f"0 drops, <= {TARGET_P99_MS:g} ms", None)
+    else:
+        p99 = step["p99_ms"]["median"]
+        add(f"live {TARGET_CAMERAS} cameras: drops", step["drops_total"]["median"], "0", step["no_drops"])
+        add(f"live {TARGET_CAMERAS} cameras: p99 ms", p99, f"<= {TARGET_P99_MS:g}",
+            None if p99 is None else p99 <= TARGET_P99_MS)
+    overload = live.get("overload")
+    if overload:
+        add(f"overload K={overload['k']}: p99 ms", overload["p99_ms"]["median"],
+            f"<= {overload['p99_bound_ms']:g}", overload["p99_bounded"])
+        per = overload.get("drops_per_camera", {})
+        add(f"overload K={overload['k']}: drops/camera min–max", f"{per.get('min')}–{per.get('max')}",
+            "spread <= 25% of mean", overload["fair"])
+    memory = results.get("memory")
+    if memory:
+        high = memory["peak_rss_mb_high"]["median"]
+        measured = memory["high_k"] == TARGET_CAMERAS
+        add(f"peak RSS, {memory['high_k']} streams (MB)", high, "<= 400 (8 streams)",
+            high <= 400 if measured else None)
+        add("RSS per extra stream (MB)", memory["rss_per_stream_mb"], "<= 25",
+            memory["rss_per_stream_mb"] <= 25 if measured else None)
+    int8 = results.get("int8")
+    if int8:
+        speedup = int8.get("speedup_model_only")
+        add("INT8 / fp32 model-only", speedup, ">= 1.6", None if speedup is None else speedup >= 1.6)
+        f1 = int8.get("f1")
+        add("INT8 F1 vs fp32", f1, ">= 0.95", None if f1 is None else f1 >= 0.95)
+    return rows
+
+
+def write_json(results: dict[str, Any], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1, allow_nan=False, default=_plain))
+    return path
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def print_report(results: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console(width=None if sys.stdout.isatty() else 132)
+    _machine(console, results)
+    _throughput(console, results)
+    _stages(console, results)
+    _live(console, results)
+    _memory(console, results)
+    _targets(console, results)
+    for section, error in results.get("errors", {}).items():
+        console.print(f"[red]{section} failed:[/red] {error}")
+
+
+def _machine(console: Console, results: dict[str, Any]) -> None:
+    m = results["machine"]
+    model = results.get("model", {})
+    table = Table(title="machine", show_header=False)
+    table.add_row("cpu", f"{m['cpu']} ({', '.join(m['cpu_flags'])})")
+    table.add_row("cores", f"{m['physical_cores']} physical, {m['logical_cpus']} logical; {m['memory_gb']} GiB")
+    table.add_row("onnxruntime", f"{m['onnxruntime']}; providers {', '.join(m['providers'])}")
+    table.add_row("engine", str(results.get("model_only", {}).get("engine", "-")))
+    table.add_row("model", f"{model.get('name', '-')} {model.get('input', '')} {model.get('layout', '')}")
+    table.add_row("load avg at start", " ".join(str(x) for x in m["load_avg_at_start"]))
+    table.add_row("commit", m["commit"])
+    table.add_row("other processes during runs", background_summary(results))
+    console.print(table)
+
+
+def background_summary(results: dict[str, Any]) -> str:
+    """How busy the machine was with other work while we measured (cores, median of runs, max)."""
+    values = []
+    for entry in [results.get("model_only", {}), *results.get("naive", {}).values(), *results.get("file", {}).values(),
+                  *results.get("live", {}).get("steps", []), results.get("live", {}).get("overload") or {}]:
+        runs = (entry.get("background_cores") or {}).get("runs") or []
+        values.extend(runs)
+    if not values:
+        return "-"
+    values.sort()
+    return (f"{values[len(values) // 2]:g} cores median, {values[-1]:g} max over {len(values)} runs "
+            "(0 on a quiet machine)")
+
+
+def _throughput(console: Console, results: dict[str, Any]) -> None:
+    table = Table(title="throughput (fps: median (min–max) of repeats)")
+    for column in ("benchmark", "clip", "fps", "ms / batch", "notes"):
+        table.add_column(column)
+    model_only = results.get("model_only")
+    if model_only:
+        for b, entry in model_only["batches"].items():
+            table.add_row(f"model-only, batch {b}", model_only["clip"], spread(entry["fps"]),
+                          spread(entry["ms_per_batch"]), f"{entry['ms_per_frame']} ms/frame")
+    for label, entry in results.get("naive", {}).items():
+        table.add_row("naive loop", label, spread(entry["fps"]), "", f"{entry['frames']} frames")
+    for label, entry in results.get("file", {}).items():
+        notes = f"wall {spread(entry['wall_s'], ' s')} incl. startup; mean batch {entry['mean_batch']}"
+        if not entry["lossless"]:
+            notes += "; NOT LOSSLESS"
+        table.add_row("detstream file mode", label, spread(entry["fps"]), "", notes)
+    int8 = results.get("int8", {})
+    for b, entry in int8.get("model_only", {}).get("batches", {}).items():
+        table.add_row(f"INT8 model-only, batch {b}", int8.get("clip", ""), spread(entry["fps"]),
+                      spread(entry["ms_per_batch"]), "")
+    for label, entry in int8.get("file", {}).items():
+        table.add_row("INT8 file mode", label, spread(entry["fps"]), "", "")
+    for label, ratio in results.get("ratios", {}).items():
+        for key in ("e2e_over_model_only", "e2e_over_naive"):
+            if key in ratio:
+                table.add_row(f"ratio {key.replace('_over_', ' / ').replace('_', '-')}", label, spread(ratio[key]),
+                              "", f"paired per repeat; ratio of medians {ratio[key + '_of_medians']}")
+    console.print(table)
+
+
+def _stages(console: Console, results: dict[str, Any]) -> None:
+    table = Table(title="file mode: per-stage latency from the messages (ms)")
+    table.add_column("clip")
+    for stage in ("decode", "queue", "infer", "post", "total"):
+        table.add_column(f"{stage} p50 / p95")
+    for label, entry in results.get("file", {}).items():
+        stages = entry["stages_ms"]
+        table.add_row(label, *(f"{stages[s].get('p50', '-')} / {stages[s].get('p95', '-')}"
+                                for s in ("decode", "queue", "infer", "post", "total")))
+    post = results.get("model_only", {}).get("postprocess")
+    if table.row_count:
+        console.print(table)
+    if post:
+        console.print(f"postprocess of a batch of {post['batch']} real frames: {spread(post['real_ms'], ' ms')} "
+                      f"({post['real_detections_per_frame']} detections/frame) vs inference of that batch "
+                      f"{post['infer_ms_same_batch']} ms; synthetic crowded batch "
+                      f"({post.get('synthetic_candidates_per_frame')} candidates/frame): "
+                      f"{post.get('synthetic_crowded_ms')} ms")
+
+
+def _live(console: Console, results: dict[str, Any]) -> None:
+    live = results.get("live")
+    if not live:
+        return
+    table = Table(title=f"live mode: K cameras × {live['fps_per_camera']:g} fps ({live['phase']} phases), "
+                        f"{live['duration_s']:g} s per run")
+    for column in ("K", "demand fps", "published fps", "p50 ms", "p95 ms", "p99 ms", "drops", "per camera",
+                   "peak RSS MB"):
+        table.add_column(column)
+    steps = list(live["steps"])
+    if live.get("overload"):
+        steps.append(live["overload"])
+    for step in steps:
+        k = f"{step['k']}" + (" (overload)" if step is live.get("overload") else "")
+        table.add_row(k, f"{step['demand_fps']:g}", spread(step["published_fps"]), spread(step["p50_ms"]),
+                      spread(step["p95_ms"]), spread(step["p99_ms"]), spread(step["drops_total"]),
+                      f"{step['drops_per_camera_min']}–{step['drops_per_camera_max']}", spread(step["peak_rss_mb"]))
+    console.print(table)
+    console.print(f"largest K with no drops: {live['max_k_no_drops']}")
+
+
+def _memory(console: Console, results: dict[str, Any]) -> None:
+    memory = results.get("memory")
+    if not memory:
+        return
+    console.print(f"peak RSS: K={memory['low_k']}: {spread(memory['peak_rss_mb_low'], ' MB')}, "
+                  f"K={memory['high_k']}: {spread(memory['peak_rss_mb_high'], ' MB')}; "
+                  f"{memory['rss_per_stream_mb']} MB per extra stream")
+
+
+def _targets(console: Console, results: dict[str, Any]) -> None:
+    table = Table(title="targets (the performance issue)")
+    for column in ("target", "value", "wanted", "result"):
+        table.add_column(column)
+    for row in results.get("targets", []):
+        verdict = {True: "[green]pass[/green]", False: "[red]FAIL[/red]", None: "not measured"}[row["pass"]]
+        value = row["value"]
+        shown = "-" if value is None else (f"{value:g}" if isinstance(value, float) and math.isfinite(value)
+                                           else str(value))
+        table.add_row(row["name"], shown, row["target"], verdict)
+    console.print(table)

@@ -1,0 +1,329 @@
+"""The benchmark run: resolve model and clips once, run the selected sections, collect one result tree.
+
+Runs on the main thread of ``detstream bench``. A section that fails is
+recorded under ``errors`` with its reason and the others still run; the exit
+code then says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.bench import clips as clip_tools
+from app.bench.common import stat, wait_for_quiet
+from app.bench.file_mode import run_file_once, summarize_file
+from app.bench.live_mode import LiveSettings, live_overload, live_search, overload_k
+from app.bench.machine import machine_info
+from app.bench.memory import run_memory
+from app.bench.model_only import load_frames, measure_round, postprocess_timing, prepare, summarize
+from app.bench.naive import naive_loop
+from app.bench.workers import apply_overrides
+
+logger = logging.getLogger(__name__)
+
+SECTIONS = ("model", "naive", "file", "live", "memory")
+MODEL_BATCHES = [1, 2, 4, 8]
+
+
+@dataclass
+class Plan:
+    """Everything the options decide, with ``--quick`` already applied."""
+
+    quick: bool
+    sections: list[str]
+    clips: list[str]
+    live_clip: str
+    model: str
+    models_dir: Path
+    backend: str
+    repeats: int
+    max_frames: int | None
+    model_seconds: float
+    frames_in_memory: int
+    cameras: list[int]
+    target_k: int
+    memory_ks: tuple[int, int]
+    live_duration_s: float
+    live_fps: float
+    live_phase: str
+    overload: bool
+    overload_k: int | None
+    int8: bool
+    settle_s: float
+    cache_dir: Path
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Context:
+    """What sections share: the resolved model, the engine config, clips, and live runs already made."""
+
+    plan: Plan
+    spec: Any = None
+    model_path: Path | None = None
+    config: Any = None
+    clips: dict[str, Path] = field(default_factory=dict)
+    live_runs: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def run_suite(plan: Plan) -> dict[str, Any]:
+    started = time.time()
+    results: dict[str, Any] = {"schema": "detstream.bench/1", "started_at": round(started, 3),
+                               "quick": plan.quick,
+                               "machine": machine_info(), "errors": {}}
+    ctx = Context(plan)
+    _section(results, "setup", lambda: _setup(ctx, results))
+    if "setup" in results["errors"]:
+        return results
+    if {"model", "naive", "file"} & set(plan.sections):
+        _Throughput(ctx, results).run()
+    for key, name, fn in (("live", "live", _live), ("memory", "memory", _memory)):
+        if key in plan.sections:
+            _section(results, name, lambda fn=fn: fn(ctx, results))
+    if plan.int8:
+        from app.bench.int8 import run_int8
+
+        _section(results, "int8", lambda: run_int8(ctx, results))
+    results["ratios"] = ratios(results)
+    results["elapsed_s"] = round(time.time() - started, 1)
+    return results
+
+
+def _section(results: dict[str, Any], name: str, fn) -> None:
+    logger.info("bench: %s", name)
+    t0 = time.monotonic()
+    try:
+        value = fn()
+    except Exception as error:  # one section's failure is reported, the rest of the suite still runs
+        logger.error("bench: %s failed: %s", name, error)
+        logger.debug("%s", traceback.format_exc())
+        results["errors"][name] = f"{type(error).__name__}: {error}"
+        return
+    if value is not None:
+        results[name] = value
+    logger.info("bench: %s done in %.1f s", name, time.monotonic() - t0)
+
+
+def _setup(ctx: Context, results: dict[str, Any]) -> None:
+    from app.config import parse_config
+    from app.pipeline import load_spec
+
+    plan = ctx.plan
+    for name in dict.fromkeys([*plan.clips, plan.live_clip]):
+        ctx.clips[name] = clip_tools.resolve_clip(name)
+    looks_like_path = plan.model.endswith(".onnx") or "/" in plan.model
+    tree = {"sources": [{"url": str(ctx.clips[plan.clips[0]])}],
+            "model": {"path": str(Path(plan.model).resolve())} if looks_like_path else {"name": plan.model},
+            "engine": {"backend": plan.backend}}
+    ctx.config = parse_config(apply_overrides(tree, {k: v for k, v in plan.overrides.items()
+                                                     if k.startswith(("engine.", "model."))}), env={})
+    ctx.spec = load_spec(ctx.config, plan.models_dir, None)
+    ctx.model_path = Path(ctx.spec.path).resolve()
+    results["model"] = {"name": ctx.spec.name, "path": str(ctx.model_path), "input": [ctx.spec.input_height,
+                        ctx.spec.input_width], "layout": ctx.spec.layout, "sha256": ctx.spec.sha256[:16],
+                        "conf_threshold": ctx.config.model.conf_threshold,
+                        "iou_threshold": ctx.config.model.iou_threshold}
+    results["engine_config"] = ctx.config.engine.model_dump(mode="json")
+    results["options"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in plan.__dict__.items()}
+
+
+class _Throughput:
+    """Sections model, naive and file, interleaved: each repeat runs all three, so drifting load hits all alike."""
+
+    def __init__(self, ctx: Context, results: dict[str, Any]) -> None:
+        self.ctx, self.results, self.plan = ctx, results, ctx.plan
+        self.kinds = [k for k in ("model", "naive", "file") if k in self.plan.sections]
+        self.engine = None
+        self.frames: list = []
+        self.boxes: list = []
+        self.sizes: list[int] = []
+        self.model_rounds: list[dict[str, Any]] = []
+        self.naive_runs: dict[str, list[dict[str, Any]]] = {}
+        self.file_runs: dict[str, list[dict[str, Any]]] = {}
+
+    def run(self) -> None:
+        try:
+            self._guard("model_only", self._open_engine, "model")
+            for _ in range(self.plan.repeats):
+                self._guard("model_only", self._model_round, "model")
+                self._guard("naive", self._naive_round, "naive")
+                self._guard("file", self._file_round, "file")
+            self._guard("model_only", self._finish_model, "model")
+        finally:
+            if self.engine is not None:
+                self.engine.close()
+        if self.naive_runs and "naive" in self.kinds:
+            self.results["naive"] = {label: _naive_summary(runs) for label, runs in self.naive_runs.items()}
+        if self.file_runs and "file" in self.kinds:
+            self.results["file"] = {label: summarize_file(runs) for label, runs in self.file_runs.items()}
+        self.results["ratios_per_round"] = paired_ratios(self.model_rounds, self.naive_runs, self.file_runs)
+
+    def _guard(self, name: str, fn, kind: str) -> None:
+        if kind not in self.kinds:
+            return
+        try:
+            fn()
+        except Exception as error:  # this kind is reported failed; the other kinds go on
+            logger.error("bench: %s failed: %s", name, error)
+            logger.debug("%s", traceback.format_exc())
+            self.results["errors"][name] = f"{type(error).__name__}: {error}"
+            self.kinds.remove(kind)
+
+    def _open_engine(self) -> None:
+        from app.engines import create_engine
+
+        clip = str(self.ctx.clips[self.plan.clips[0]])
+        self.frames, self.boxes = load_frames(clip, self.plan.frames_in_memory, self.ctx.spec)
+        self.engine = create_engine(self.ctx.spec, self.ctx.config.engine)
+        self.engine.warmup()
+        self.sizes = prepare(self.engine, self.frames, MODEL_BATCHES)
+
+    def _model_round(self) -> None:
+        logger.info("bench: model-only, round %d", len(self.model_rounds) + 1)
+        wait_for_quiet(self.plan.settle_s)
+        self.model_rounds.append(measure_round(self.engine, self.frames, self.sizes, self.plan.model_seconds))
+
+    def _finish_model(self) -> None:
+        out = summarize(self.model_rounds, self.engine.backend, len(self.frames), self.plan.model_seconds)
+        model = self.ctx.config.model
+        out["postprocess"] = postprocess_timing(self.engine, self.frames, self.boxes, self.ctx.spec,
+                                                model.conf_threshold, model.iou_threshold, model.max_detections)
+        out["clip"] = self.plan.clips[0]
+        self.results["model_only"] = out
+
+    def _naive_round(self) -> None:
+        model = self.ctx.config.model
+        providers = naive_providers(self.engine.backend if self.engine else "")
+        for name in self.plan.clips:
+            logger.info("bench: naive loop on %s", name)
+            wait_for_quiet(self.plan.settle_s)
+            run = naive_loop(str(self.ctx.clips[name]), str(self.ctx.model_path), providers, model.conf_threshold,
+                             model.iou_threshold, self.plan.max_frames)
+            run["providers"] = providers
+            self.naive_runs.setdefault(clip_tools.clip_label(name), []).append(run)
+
+    def _file_round(self) -> None:
+        plan = self.plan
+        for name in plan.clips:
+            clip = self.ctx.clips[name]
+            if plan.max_frames is not None:
+                clip = clip_tools.head_copy(clip, plan.max_frames, plan.cache_dir)
+            label = clip_tools.clip_label(name)
+            logger.info("bench: file mode on %s", name)
+            run = run_file_once(clip, label, self.ctx.model_path, plan.backend, plan.overrides,
+                                120 + 2 * (plan.max_frames or 2000), plan.settle_s)
+            self.file_runs.setdefault(label, []).append(run)
+
+
+def _naive_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"fps": stat([r["fps"] for r in runs]), "frames": runs[-1]["frames"],
+            "detections_per_frame": runs[-1]["detections_per_frame"], "providers": runs[-1]["providers"],
+            "background_cores": stat([r["background_cores"] for r in runs])}
+
+
+def naive_providers(engine_backend: str) -> list[str]:
+    """The tutorial's providers: the GPU when the pipeline's engine used one, else the CPU."""
+    if "CUDA" in engine_backend or "Tensorrt" in engine_backend or engine_backend.startswith("tensorrt"):
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+def paired_ratios(model_rounds: list[dict[str, Any]], naive_runs: dict[str, list[dict[str, Any]]],
+                  file_runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, list[float]]]:
+    """Per clip and per repeat: file fps over the same repeat's model-only best and naive fps."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for label, runs in file_runs.items():
+        entry: dict[str, list[float]] = {}
+        pairs = list(zip(runs, model_rounds, strict=False))
+        if pairs:
+            entry["e2e_over_model_only"] = [round(f["fps"] / max(m["fps"].values()), 3) for f, m in pairs]
+        naive = naive_runs.get(label, [])
+        if naive:
+            entry["e2e_over_naive"] = [round(f["fps"] / n["fps"], 3) for f, n in zip(runs, naive, strict=False)]
+        out[label] = entry
+    return out
+
+
+def live_settings(ctx: Context) -> LiveSettings:
+    plan = ctx.plan
+    clip = ctx.clips[plan.live_clip]
+    fps = plan.live_fps
+    frames = math.ceil((plan.live_duration_s + 10) * fps)
+    if plan.live_phase == "sync":
+        def cameras(k: int) -> list[Path]:
+            return [clip] * k
+    else:
+        def cameras(k: int) -> list[Path]:
+            return clip_tools.camera_clips(clip, k, round(fps), plan.cache_dir, frames)
+    staleness = float(plan.overrides.get("source.max_staleness_ms", 500.0))
+    return LiveSettings(cameras, ctx.model_path, plan.backend, fps, plan.live_duration_s, staleness,
+                        {k: v for k, v in plan.overrides.items() if k != "source.max_staleness_ms"}, plan.settle_s)
+
+
+def capacity_fps(results: dict[str, Any]) -> tuple[float, str]:
+    """The pipeline's capacity for the overload run: file-mode fps if measured, else the model-only ceiling."""
+    for label, entry in results.get("file", {}).items():
+        if entry.get("fps", {}).get("median"):
+            return entry["fps"]["median"], f"file mode on {label}"
+    best = results.get("model_only", {}).get("best_fps", {}).get("median")
+    if best:
+        return best, "model-only ceiling"
+    raise RuntimeError("the overload run needs a capacity: run it together with file or model")
+
+
+def batch_ms(results: dict[str, Any], max_batch: int) -> float:
+    batches = results.get("model_only", {}).get("batches", {})
+    sizes = [int(b) for b in batches if int(b) <= max_batch]
+    if not sizes:
+        return 0.0
+    return batches[str(max(sizes))]["ms_per_batch"]["median"]
+
+
+def _live(ctx: Context, results: dict[str, Any]) -> dict[str, Any]:
+    plan = ctx.plan
+    settings = live_settings(ctx)
+    out = live_search(settings, plan.cameras, plan.target_k, plan.repeats, ctx.live_runs)
+    out["phase"] = plan.live_phase
+    out["clip"] = plan.live_clip
+    if plan.overload:
+        capacity, basis = capacity_fps(results)
+        k = plan.overload_k or overload_k(capacity, settings.fps)
+        one_batch = batch_ms(results, ctx.config.engine.max_batch)
+        out["overload"] = live_overload(settings, k, capacity, one_batch, ctx.config.engine.max_wait_ms, plan.repeats,
+                                        ctx.live_runs)
+        out["overload"]["capacity_basis"] = basis
+    return out
+
+
+def _memory(ctx: Context, results: dict[str, Any]) -> dict[str, Any]:
+    plan = ctx.plan
+    low, high = plan.memory_ks
+    return run_memory(live_settings(ctx), low, high, plan.repeats, ctx.live_runs)
+
+
+def ratios(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per clip: file-mode e2e fps over the model-only ceiling and over the naive loop.
+
+    The figure is the median of the per-repeat ratios (each repeat ran model-only,
+    naive and file mode back to back); the ratio of the medians is given too.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    ceiling = results.get("model_only", {}).get("best_fps", {}).get("median")
+    per_round = results.get("ratios_per_round", {})
+    for label, entry in results.get("file", {}).items():
+        e2e = entry["fps"]["median"]
+        ratio: dict[str, Any] = {}
+        naive = results.get("naive", {}).get(label, {}).get("fps", {}).get("median")
+        for key, reference in (("e2e_over_model_only", ceiling), ("e2e_over_naive", naive)):
+            paired = per_round.get(label, {}).get(key)
+            if paired:
+                ratio[key] = stat(paired, 3)
+                ratio[key + "_of_medians"] = round(e2e / reference, 3) if reference else None
+        out[label] = ratio
+    return out

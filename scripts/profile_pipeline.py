@@ -1,0 +1,238 @@
+#!/usr/bin/env python
+"""Profile ``detstream run`` in file mode: where the wall time of each thread and the CPU time of the process go.
+
+Two views of one run (the worker is ``py-spy record -- python -m app run --source CLIP ...``, a SUB
+socket in this process receives what it publishes):
+
+* **per-thread wall time** (py-spy, ``--idle`` so that waiting is sampled too): every sample is put in the
+  first category (from the innermost frame outwards) whose rule matches, e.g. ``infer`` for ONNX Runtime's
+  ``run_with_iobinding``, ``letterbox`` for :func:`app.preprocess.letterbox_into`, ``wait: slot`` for a
+  decoder blocked on backpressure;
+* **CPU seconds per OS thread** (``/proc/PID/task/*/stat``, sampled while it runs), which also counts
+  ONNX Runtime's own pool threads, which py-spy cannot see (they run no Python).
+
+Usage::
+
+    python scripts/profile_pipeline.py [--clip vtest|bikes|PATH] [--frames N] [--rate 100] [--out DIR]
+                                       [-- EXTRA detstream run ARGS, e.g. --max-batch 4]
+
+Needs ``py-spy`` (``pip install py-spy``) and permission to trace a child process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from app.bench.clips import clip_label, head_copy, resolve_clip
+from app.bench.common import REPO_ROOT, RawSubscriber, free_port
+
+# (category, regex on "function (file:line)"), tried from the innermost frame outwards; first match wins.
+RULES = [
+    ("infer", r"^(run_with_iobinding|run) \(.*onnxruntime"),
+    ("letterbox: resize", r"^letterbox_into \(.*preprocess\.py:3[0-3]\)"),
+    ("letterbox: to float CHW", r"^letterbox_into \(.*preprocess\.py"),
+    ("decode: to rgb24", r"^(to_ndarray|reformat) "),
+    ("decode: codec", r"^(decode|demux|_decode) \((av/|.*/av/)"),
+    ("decode: demux", r"^__next__ \(.*av/"),
+    ("wait: slot (backpressure)", r"^acquire \(.*batcher\.py"),
+    ("wait: realtime pacing", r"^wait \(.*pacing\.py"),
+    ("batcher: next_batch", r"^next_batch \(.*batcher\.py"),
+    ("engine: copy into input", r"^submit \(.*engines/onnxruntime\.py"),
+    ("post: decode+NMS", r"^decode_batch \("),
+    ("post: publish (encode+send)", r"^(publish_detections|detection_payload|_publish_frame) \("),
+    ("post: wait for batch", r"^(get|_run) \(.*(queue\.py|results\.py)"),
+    ("decode: other", r"^_deliver \(|^_decode \(.*pyav\.py"),
+    ("startup: imports", r"^_find_and_load "),
+    ("startup: engine", r"^(create_engine|OrtEngine|__init__ \(.*onnxruntime)"),
+    ("main: progress loop", r"^_wait \(.*runner\.py"),
+]
+THREAD = re.compile(r"^thread \((\d+)\)(?::\s*(.*))?$")
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    extra: list[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, extra = argv[:at], argv[at + 1:]
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--clip", default="vtest")
+    p.add_argument("--frames", type=int, help="only the first N frames")
+    p.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
+    p.add_argument("--out", type=Path, default=Path("bench-results") / "profile")
+    p.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "detstream" / "bench")
+    return p.parse_args(argv), extra
+
+
+def find_py_spy() -> str:
+    candidates = [Path(sys.executable).with_name("py-spy"), shutil.which("py-spy")]
+    for candidate in candidates:
+        if candidate and Path(candidate).exists():
+            return str(candidate)
+    raise SystemExit("py-spy not found: pip install py-spy")
+
+
+class ThreadCpu:
+    """Samples utime+stime of every OS thread of a process (``bench.cpu`` thread); keeps the last value seen."""
+
+    def __init__(self, parent_pid: int) -> None:
+        self.parent_pid = parent_pid
+        self.cpu_s: dict[int, float] = {}
+        self.comm: dict[int, str] = {}
+        self.pid: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench.cpu", daemon=True)
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    def start(self) -> ThreadCpu:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.is_set():
+            if self.pid is None:
+                try:
+                    children = psutil.Process(self.parent_pid).children()
+                except psutil.NoSuchProcess:
+                    return
+                self.pid = children[0].pid if children else None
+            if self.pid is not None:
+                self._sample(self.pid)
+            self._stop.wait(0.2)
+
+    def _sample(self, pid: int) -> None:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return
+        for tid in tids:
+            try:
+                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            except OSError:
+                continue
+            comm = stat[stat.index("(") + 1:stat.rindex(")")]
+            fields = stat[stat.rindex(")") + 2:].split()
+            self.cpu_s[int(tid)] = (int(fields[11]) + int(fields[12])) / self._tick
+            self.comm[int(tid)] = comm
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+
+
+def categorise(stack: list[str]) -> str:
+    for frame in reversed(stack):
+        for name, pattern in RULES:
+            if re.search(pattern, frame):
+                return name
+    return "other: " + (stack[-1].split(" (")[0] if stack else "?")
+
+
+def parse_raw(path: Path) -> tuple[dict[int, str], dict[int, Counter], Counter]:
+    names: dict[int, str] = {}
+    per_thread: dict[int, Counter] = defaultdict(Counter)
+    leaves: Counter = Counter()
+    for line in path.read_text().splitlines():
+        stack_text, _, count_text = line.rpartition(" ")
+        if not stack_text:
+            continue
+        frames = stack_text.split(";")
+        match = THREAD.match(frames[0])
+        if not match:
+            continue
+        tid = int(match.group(1))
+        if match.group(2):
+            names[tid] = match.group(2).strip()
+        count = int(count_text)
+        stack = [f for f in frames[1:] if not f.startswith("process ")]
+        per_thread[tid][categorise(stack)] += count
+        if stack:
+            leaves[stack[-1]] += count
+    return names, per_thread, leaves
+
+
+def main(argv: list[str]) -> int:
+    opts, extra = parse_args(argv)
+    clip = resolve_clip(opts.clip)
+    if opts.frames:
+        clip = head_copy(clip, opts.frames, opts.cache_dir)
+    opts.out.mkdir(parents=True, exist_ok=True)
+    raw = opts.out / f"pyspy-{clip_label(opts.clip)}.txt"
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    worker = [sys.executable, "-m", "app", "--log-level", "WARNING", "run", "--source", f"clip={clip}",
+              "--publish", endpoint, "--no-progress", *extra]
+    command = [find_py_spy(), "record", "--threads", "--idle", "--rate", str(opts.rate), "--format", "raw",
+               "-o", str(raw), "--", *worker]
+    subscriber = RawSubscriber(endpoint).start()
+    started = time.monotonic()
+    proc = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    cpu = ThreadCpu(proc.pid).start()
+    try:
+        _, err = proc.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    cpu.stop()
+    wall = time.monotonic() - started
+    messages = subscriber.stop()
+    dets = [m for m in messages if m.topic.startswith(b"det/")]
+    if proc.returncode != 0 or not raw.exists():
+        print(err[-3000:], file=sys.stderr)
+        return 1
+    names, per_thread, leaves = parse_raw(raw)
+    fps = (len(dets) - 1) / (dets[-1].t_recv - dets[0].t_recv) if len(dets) > 1 else 0.0
+    report = summary(names, per_thread, leaves, cpu, opts.rate)
+    report.update({"clip": str(clip), "frames_published": len(dets), "fps_at_subscriber": round(fps, 2),
+                   "wall_s": round(wall, 1), "worker": " ".join(worker[2:]), "raw": str(raw)})
+    (opts.out / f"profile-{clip_label(opts.clip)}.json").write_text(json.dumps(report, indent=1))
+    print_summary(report)
+    return 0
+
+
+def summary(names: dict[int, str], per_thread: dict[int, Counter], leaves: Counter, cpu: ThreadCpu,
+            rate: int) -> dict:
+    threads = []
+    for tid, counts in sorted(per_thread.items(), key=lambda kv: -sum(kv[1].values())):
+        total = sum(counts.values())
+        threads.append({"tid": tid, "name": names.get(tid, cpu.comm.get(tid, "?")), "samples": total,
+                        "wall_s": round(total / rate, 2), "cpu_s": round(cpu.cpu_s.get(tid, 0.0), 2),
+                        "categories": {k: round(100 * v / total, 1) for k, v in counts.most_common()}})
+    python_tids = set(per_thread)
+    others = {tid: s for tid, s in cpu.cpu_s.items() if tid not in python_tids}
+    total_cpu = sum(cpu.cpu_s.values())
+    return {"threads": threads,
+            "native_threads_cpu_s": round(sum(others.values()), 2),
+            "native_threads": {f"{tid} ({cpu.comm.get(tid, '?')})": round(s, 2) for tid, s in others.items() if s},
+            "process_cpu_s": round(total_cpu, 2),
+            "top_leaf_frames": [{"frame": f, "samples": n} for f, n in leaves.most_common(15)]}
+
+
+def print_summary(report: dict) -> None:
+    print(f"{report['frames_published']} frames, {report['fps_at_subscriber']} fps at the subscriber, "
+          f"wall {report['wall_s']} s; process CPU {report['process_cpu_s']} s "
+          f"(of which ONNX Runtime pool / other native threads {report['native_threads_cpu_s']} s)")
+    for thread in report["threads"]:
+        print(f"\n{thread['name']} (tid {thread['tid']}): {thread['wall_s']} s sampled, {thread['cpu_s']} s CPU")
+        for category, share in thread["categories"].items():
+            if share >= 0.5:
+                print(f"  {share:5.1f}%  {category}")
+    print("\ntop leaf frames (all threads, waiting included):")
+    for entry in report["top_leaf_frames"]:
+        print(f"  {entry['samples']:6d}  {entry['frame']}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

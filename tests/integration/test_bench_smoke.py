@@ -1,0 +1,97 @@
+"""``detstream bench --quick``: every section runs and lands in the JSON with sane numbers.
+
+A smoke test only: the figures of a quick run on a shared CI machine mean
+nothing, so no performance target is asserted here (BENCHMARKS.md has them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tests.conftest import detstream
+
+pytestmark = pytest.mark.slow
+
+
+def _finite(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _positive(value) -> bool:
+    return _finite(value) and value > 0
+
+
+@pytest.fixture(scope="module")
+def quick_results(tmp_path_factory, default_model, vtest):
+    out = tmp_path_factory.mktemp("bench") / "quick.json"
+    proc = detstream("bench", "--quick", "--json", str(out), timeout_s=90)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_quick_bench_writes_every_section(quick_results):
+    for section in ("machine", "model_only", "naive", "file", "live", "memory", "ratios", "targets"):
+        assert section in quick_results, section
+    assert quick_results["errors"] == {}
+
+
+def test_machine_names_cpu_cores_and_onnxruntime(quick_results):
+    machine = quick_results["machine"]
+    assert machine["cpu"] and machine["onnxruntime"]
+    assert machine["physical_cores"] >= 1
+    assert "CPUExecutionProvider" in machine["providers"]
+
+
+@pytest.mark.parametrize("batch", ["1", "2", "4", "8"])
+def test_model_only_has_every_pipeline_batch_size(quick_results, batch):
+    entry = quick_results["model_only"]["batches"][batch]
+    assert _positive(entry["fps"]["median"])
+    assert _positive(entry["ms_per_batch"]["median"])
+    assert entry["fps"]["min"] <= entry["fps"]["median"] <= entry["fps"]["max"]
+
+
+def test_postprocess_time_is_reported_next_to_inference(quick_results):
+    post = quick_results["model_only"]["postprocess"]
+    assert post["batch"] == 8
+    assert _positive(post["real_ms"]["median"]) and _positive(post["infer_ms_same_batch"])
+
+
+def test_naive_and_file_mode_report_fps_on_the_clip(quick_results):
+    assert _positive(quick_results["naive"]["vtest"]["fps"]["median"])
+    file_mode = quick_results["file"]["vtest"]
+    assert _positive(file_mode["fps"]["median"])
+    assert _positive(file_mode["wall_s"]["median"])
+    assert file_mode["lossless"] is True
+    assert file_mode["messages"] == 40
+    for stage in ("decode", "queue", "infer", "post", "total"):
+        assert _finite(file_mode["stages_ms"][stage]["p50"])
+
+
+def test_ratios_compare_file_mode_with_model_only_and_naive(quick_results):
+    ratio = quick_results["ratios"]["vtest"]
+    assert _positive(ratio["e2e_over_model_only"]["median"])
+    assert _positive(ratio["e2e_over_naive"]["median"])
+
+
+def test_live_steps_have_latency_percentiles_and_drops(quick_results):
+    live = quick_results["live"]
+    assert [s["k"] for s in live["steps"]] == [1, 2]
+    for step in live["steps"]:
+        for key in ("p50_ms", "p95_ms", "p99_ms"):
+            assert _positive(step[key]["median"]), (step["k"], key)
+        assert step["p50_ms"]["median"] <= step["p99_ms"]["median"]
+        assert _finite(step["drops_total"]["median"]) and step["drops_total"]["median"] >= 0
+    assert live["max_k_no_drops"] >= 0
+    overload = live["overload"]
+    assert _positive(overload["p99_ms"]["median"])
+    assert overload["drops_per_camera"]["min"] <= overload["drops_per_camera"]["max"]
+
+
+def test_memory_reports_peak_rss_and_rss_per_stream(quick_results):
+    memory = quick_results["memory"]
+    assert _positive(memory["peak_rss_mb_low"]["median"])
+    assert _positive(memory["peak_rss_mb_high"]["median"])
+    assert _finite(memory["rss_per_stream_mb"])
