@@ -31,10 +31,11 @@ def fits(layout: str, shape: list[Dim]) -> bool:
     if len(shape) != 3:
         return False
     rows, cols = _int(shape[1]), _int(shape[2])
+    # a detector proposes more boxes than it has values per box, which orients yolov5 against yolov8
     if layout == "yolov5":
-        return cols is None or cols >= 6
+        return cols is None or (cols >= 6 and (rows is None or rows >= cols))
     if layout == "yolov8":
-        return rows is None or rows >= 5
+        return rows is None or (rows >= 5 and (cols is None or cols >= rows))
     if layout == "nms":
         return cols in (None, 6)
     return False
