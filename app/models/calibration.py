@@ -1,0 +1,139 @@
+"""Calibration frames for INT8: the operator's own footage, letterboxed exactly as the pipeline does it.
+
+Static INT8 fixes one scale per tensor from what it sees here, so the frames
+must look like production input: same letterbox (``app.preprocess``), same
+pixel scale, and spread over the whole clip rather than its first seconds
+(a clip that starts empty would calibrate for an empty scene).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+from onnxruntime.quantization import CalibrationDataReader
+
+from app.errors import ModelError
+from app.preprocess import letterbox_into
+
+logger = logging.getLogger(__name__)
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+SEEK_ABOVE_FRAMES = 3000  # longer videos are sampled by seeking instead of decoding every frame
+
+
+def evenly_spaced(total: int, count: int) -> list[int]:
+    """``count`` distinct indices spread over ``range(total)``, first and last included (all when fewer)."""
+    if total <= 0 or count <= 0:
+        return []
+    if count >= total:
+        return list(range(total))
+    return sorted({round(float(i)) for i in np.linspace(0, total - 1, count)})
+
+
+def _to_input(rgb: np.ndarray, height: int, width: int, scale: float) -> np.ndarray:
+    out = np.empty((3, height, width), np.float32)
+    letterbox_into(rgb, out, scale)
+    return out
+
+
+def _video_frame_count(path: Path) -> int:
+    """Frames in the first video stream: the header's count, else counted from packets (no decoding)."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        if stream.frames:
+            return int(stream.frames)
+        return sum(1 for packet in container.demux(stream) if packet.size)
+
+
+def _decode_selected(path: Path, wanted: list[int]) -> Iterator[tuple[int, np.ndarray]]:
+    """Decode sequentially, converting only the wanted frames to RGB."""
+    wanted_set, last = set(wanted), max(wanted)
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"
+        for index, frame in enumerate(container.decode(stream)):
+            if index in wanted_set:
+                yield index, frame.to_ndarray(format="rgb24")
+            if index >= last:
+                return
+
+
+def _seek_selected(path: Path, wanted: list[int], total: int) -> Iterator[tuple[int, np.ndarray]]:
+    """One seek per sample: the first frame at or after each evenly spaced timestamp."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        if stream.duration and stream.time_base:
+            duration = float(stream.duration * stream.time_base)
+        else:
+            duration = float(container.duration or 0) / 1e6
+        for index in wanted:
+            target_s = duration * index / max(total, 1)
+            container.seek(int(target_s / stream.time_base), stream=stream, backward=True)
+            for frame in container.decode(stream):
+                if frame.time is None or frame.time >= target_s - 1e-3:
+                    yield index, frame.to_ndarray(format="rgb24")
+                    break
+
+
+def video_frames(path: Path, count: int, height: int, width: int, scale: float) -> list[np.ndarray]:
+    """``count`` letterboxed ``(3, H, W)`` float32 frames at :func:`evenly_spaced` indices of the video."""
+    try:
+        total = _video_frame_count(path)
+        wanted = evenly_spaced(total, count)
+        if not wanted:
+            raise ModelError(f"{path}: no video frames to calibrate on")
+        picker = _seek_selected(path, wanted, total) if total > SEEK_ABOVE_FRAMES else _decode_selected(path, wanted)
+        frames = [_to_input(rgb, height, width, scale) for _, rgb in picker]
+    except (av.FFmpegError, IndexError) as error:
+        raise ModelError(f"{path}: cannot read calibration video ({error})") from None
+    logger.info("calibration: %d frames of %s (%d in the video)", len(frames), path.name, total)
+    return frames
+
+
+def image_frames(folder: Path, count: int, height: int, width: int, scale: float) -> list[np.ndarray]:
+    """Up to ``count`` letterboxed frames from the images in ``folder`` (sorted by name, evenly sampled)."""
+    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+    frames = []
+    for index in evenly_spaced(len(files), count):
+        bgr = cv2.imread(str(files[index]), cv2.IMREAD_COLOR)
+        if bgr is None:
+            logger.warning("calibration: skipping unreadable image %s", files[index])
+            continue
+        frames.append(_to_input(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), height, width, scale))
+    if not frames:
+        raise ModelError(f"{folder}: no readable images ({', '.join(IMAGE_SUFFIXES)}) to calibrate on")
+    return frames
+
+
+def calibration_frames(source: Path, count: int, height: int, width: int, scale: float) -> list[np.ndarray]:
+    """Frames from a video file or a folder of images; a one-line ModelError when there are none."""
+    source = Path(source)
+    if source.is_dir():
+        return image_frames(source, count, height, width, scale)
+    if not source.is_file():
+        raise ModelError(f"{source}: calibration source not found (give a video file or a folder of images)")
+    return video_frames(source, count, height, width, scale)
+
+
+class FrameReader(CalibrationDataReader):
+    """Feeds prepared frames to ONNX Runtime's calibrator one at a time (batch 1)."""
+
+    def __init__(self, input_name: str, frames: list[np.ndarray]) -> None:
+        self._input_name = input_name
+        self._frames = frames
+        self._next = 0
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        if self._next >= len(self._frames):
+            return None
+        frame = self._frames[self._next]
+        self._next += 1
+        return {self._input_name: frame[None]}
+
+    def rewind(self) -> None:
+        self._next = 0
