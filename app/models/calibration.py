@@ -41,7 +41,7 @@ def _to_input(rgb: np.ndarray, height: int, width: int, scale: float) -> np.ndar
     return out
 
 
-def _video_frame_count(path: Path) -> int:
+def video_frame_count(path: Path) -> int:
     """Frames in the first video stream: the header's count, else counted from packets (no decoding)."""
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
@@ -50,8 +50,8 @@ def _video_frame_count(path: Path) -> int:
         return sum(1 for packet in container.demux(stream) if packet.size)
 
 
-def _decode_selected(path: Path, wanted: list[int]) -> Iterator[tuple[int, np.ndarray]]:
-    """Decode sequentially, converting only the wanted frames to RGB."""
+def decode_frames(path: Path, wanted: list[int]) -> Iterator[tuple[int, np.ndarray]]:
+    """``(index, rgb)`` of the wanted frames (sorted indices), decoding sequentially and converting only those."""
     wanted_set, last = set(wanted), max(wanted)
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
@@ -83,11 +83,11 @@ def _seek_selected(path: Path, wanted: list[int], total: int) -> Iterator[tuple[
 def video_frames(path: Path, count: int, height: int, width: int, scale: float) -> list[np.ndarray]:
     """``count`` letterboxed ``(3, H, W)`` float32 frames at :func:`evenly_spaced` indices of the video."""
     try:
-        total = _video_frame_count(path)
+        total = video_frame_count(path)
         wanted = evenly_spaced(total, count)
         if not wanted:
             raise ModelError(f"{path}: no video frames to calibrate on")
-        picker = _seek_selected(path, wanted, total) if total > SEEK_ABOVE_FRAMES else _decode_selected(path, wanted)
+        picker = _seek_selected(path, wanted, total) if total > SEEK_ABOVE_FRAMES else decode_frames(path, wanted)
         frames = [_to_input(rgb, height, width, scale) for _, rgb in picker]
     except (av.FFmpegError, IndexError) as error:
         raise ModelError(f"{path}: cannot read calibration video ({error})") from None

@@ -1,0 +1,132 @@
+"""How far an INT8 model's detections agree with its fp32 original, on frames calibration never saw.
+
+Agreement, not accuracy: without labels the fp32 model is the reference, and
+the question is whether quantization changed what the pipeline would publish.
+Frames go through the pipeline's own letterbox and decode
+(:func:`app.postprocess.yolo.decode_batch`); a candidate detection matches a
+reference one of the same class with IoU >= 0.5, greedily by score, and
+F1 = 2PR / (P + R).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from app.models.calibration import decode_frames, evenly_spaced, video_frame_count
+from app.models.spec import load_model_spec
+from app.postprocess.yolo import decode_batch
+from app.preprocess import letterbox_into
+from app.types import Detections, Letterbox, ModelSpec
+
+CONF_THRESHOLD = 0.25
+NMS_IOU = 0.45
+MATCH_IOU = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Agreement:
+    """Detection agreement of a candidate model with a reference one over ``frames`` frames."""
+
+    f1: float
+    precision: float
+    recall: float
+    reference_detections: int
+    candidate_detections: int
+    frames: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def held_out_indices(total: int, calibration_frames: int, count: int) -> list[int]:
+    """``count`` frame indices halfway between the calibration frames of :func:`evenly_spaced`, never one of them."""
+    calibration = evenly_spaced(total, calibration_frames)
+    taken = set(calibration)
+    between = [(a + b) // 2 for a, b in pairwise(calibration)]
+    candidates = [i for i in between if i not in taken] or [i for i in range(total) if i not in taken]
+    return [candidates[i] for i in evenly_spaced(len(candidates), count)]
+
+
+def load_inputs(clip: Path, indices: list[int], spec: ModelSpec) -> tuple[list[np.ndarray], list[Letterbox]]:
+    """Letterboxed ``(3, H, W)`` inputs and their letterboxes for the given frames of ``clip``."""
+    inputs, boxes = [], []
+    for _, rgb in decode_frames(clip, sorted(indices)):
+        tensor = np.empty((3, spec.input_height, spec.input_width), np.float32)
+        boxes.append(letterbox_into(rgb, tensor, spec.scale))
+        inputs.append(tensor)
+    return inputs, boxes
+
+
+def session(model: Path, threads: int = 2) -> ort.InferenceSession:
+    """A CPU session as the benchmarks use it: all graph optimisations, ``threads`` intra-op threads."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+
+
+def detect(model: Path, inputs: list[np.ndarray], boxes: list[Letterbox], threads: int = 2) -> list[Detections]:
+    """The pipeline's detections (conf 0.25, NMS IoU 0.45) for each input, one frame at a time."""
+    spec = load_model_spec(model)
+    runner = session(model, threads)
+    found: list[Detections] = []
+    for tensor, box in zip(inputs, boxes, strict=True):
+        outputs = runner.run(None, {spec.input_name: tensor[None]})
+        found += decode_batch(outputs, spec, [box], conf_threshold=CONF_THRESHOLD, iou_threshold=NMS_IOU,
+                              class_ids_keep=None, max_detections=300)
+    return found
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if not len(a) or not len(b):
+        return np.zeros((len(a), len(b)))
+    tl = np.maximum(a[:, None, :2], b[None, :, :2])
+    br = np.minimum(a[:, None, 2:], b[None, :, 2:])
+    inter = np.prod(np.clip(br - tl, 0, None), axis=2)
+    area_a = np.prod(a[:, 2:] - a[:, :2], axis=1)
+    area_b = np.prod(b[:, 2:] - b[:, :2], axis=1)
+    return inter / np.maximum(area_a[:, None] + area_b[None, :] - inter, 1e-9)
+
+
+def _matches(reference: Detections, candidate: Detections) -> int:
+    overlaps = _iou(candidate.xyxy, reference.xyxy)
+    taken = np.zeros(len(reference), bool)
+    found = 0
+    for i in np.argsort(-candidate.scores, kind="stable"):
+        ok = (overlaps[i] >= MATCH_IOU) & (reference.class_ids == candidate.class_ids[i]) & ~taken
+        if ok.any():
+            taken[int(np.argmax(np.where(ok, overlaps[i], -1.0)))] = True
+            found += 1
+    return found
+
+
+def f1_agreement(reference: list[Detections], candidate: list[Detections]) -> Agreement:
+    """Greedy one-to-one matching per frame (same class, IoU >= 0.5); F1 of candidate against reference."""
+    matched = sum(_matches(r, c) for r, c in zip(reference, candidate, strict=True))
+    n_ref, n_cand = sum(len(r) for r in reference), sum(len(c) for c in candidate)
+    precision = matched / n_cand if n_cand else 1.0
+    recall = matched / n_ref if n_ref else 1.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return Agreement(round(f1, 4), round(precision, 4), round(recall, 4), n_ref, n_cand, len(reference))
+
+
+def detection_agreement(fp32_model: Path | str, int8_model: Path | str, clip: Path | str, frames: int = 40,
+                        calibration_frames: int = 100) -> dict[str, Any]:
+    """F1 of ``int8_model`` against ``fp32_model`` on ``frames`` frames of ``clip`` that calibration skipped.
+
+    Held-out frames lie halfway between the frames :func:`app.models.quantize.quantize_model`
+    calibrates on when given ``calibration_frames`` of the same clip.
+    """
+    fp32_model, int8_model, clip = Path(fp32_model), Path(int8_model), Path(clip)
+    spec = load_model_spec(fp32_model)
+    indices = held_out_indices(video_frame_count(clip), calibration_frames, frames)
+    inputs, boxes = load_inputs(clip, indices, spec)
+    result = f1_agreement(detect(fp32_model, inputs, boxes), detect(int8_model, inputs, boxes))
+    return {**result.as_dict(), "clip": clip.name, "held_out_frames": indices}

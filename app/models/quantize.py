@@ -1,0 +1,146 @@
+"""Static INT8 quantization (QDQ, per-channel) of a detector, calibrated on the operator's footage.
+
+``detstream quantize MODEL.onnx --calib VIDEO_OR_DIR`` writes
+``<model>-int8.onnx`` (``models/yolov3-tiny-int8.onnx`` for the default model).
+The backbone runs in INT8; the decode tail (sigmoid/exp/grid/anchor math, the
+reshapes and the final concat: every node with no convolution after it) stays
+in fp32, because box coordinates in pixels and probabilities near 0 and 1 are
+exactly what one 8-bit scale per tensor represents badly. The defaults are the
+best of what docs/models.md reports measuring on a 2-core CPU; the
+alternatives stay reachable through :class:`QuantOptions` for other hardware.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import onnx
+from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+from onnxruntime.quantization.shape_inference import quant_pre_process
+
+from app.errors import ModelError
+from app.models.agreement import detection_agreement
+from app.models.calibration import FrameReader, calibration_frames
+from app.models.files import atomic_output
+from app.models.spec import load_model_spec
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["QuantOptions", "default_output", "detection_agreement", "head_nodes", "quantize_model"]
+
+HEAD_PREFIX = "head/"
+COMPUTE_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+_METHODS = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+            "percentile": CalibrationMethod.Percentile}
+
+
+@dataclass(frozen=True, slots=True)
+class QuantOptions:
+    """How to quantize; the defaults are the measured best on x86 CPUs (see docs/models.md).
+
+    ``exclude_output_convs`` also keeps the convolutions that feed only the
+    decode (the 1x1 detection convs) in fp32.
+    """
+
+    quant_format: Literal["qdq", "qoperator"] = "qdq"
+    per_channel: bool = True
+    reduce_range: bool = False
+    activation_symmetric: bool = False
+    activation_type: Literal["int8", "uint8"] = "uint8"
+    method: Literal["minmax", "entropy", "percentile"] = "minmax"
+    exclude_output_convs: bool = False
+    preprocess: bool = True
+
+
+def _consumers(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
+    table: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            table.setdefault(name, []).append(node)
+    return table
+
+
+def head_nodes(model: onnx.ModelProto, include_output_convs: bool = False) -> list[str]:
+    """Names of the nodes that form the decode tail: no convolution (or matmul) anywhere after them.
+
+    Found from the graph's structure, so it holds for any exported YOLO, and
+    unioned with the converter's ``head/`` names. ``include_output_convs`` adds
+    the convolutions whose every consumer is in that tail.
+    """
+    graph = model.graph
+    consumers = _consumers(graph)
+    feeds_compute: dict[str, bool] = {}
+    for node in reversed(graph.node):  # ONNX graphs are topologically sorted
+        downstream = [c for out in node.output for c in consumers.get(out, [])]
+        feeds_compute[node.name] = any(c.op_type in COMPUTE_OPS or feeds_compute.get(c.name, False)
+                                       for c in downstream)
+    tail = {n.name for n in graph.node if n.op_type not in COMPUTE_OPS and not feeds_compute[n.name]}
+    tail |= {n.name for n in graph.node if n.name.startswith(HEAD_PREFIX)}
+    if include_output_convs:
+        for node in graph.node:
+            downstream = [c for out in node.output for c in consumers.get(out, [])]
+            if node.op_type in COMPUTE_OPS and downstream and all(c.name in tail for c in downstream):
+                tail.add(node.name)
+    return [n.name for n in graph.node if n.name in tail]
+
+
+def _copy_metadata(source: onnx.ModelProto, target_path: Path, precision: str) -> None:
+    model = onnx.load(str(target_path))
+    meta = {p.key: p.value for p in source.metadata_props}
+    meta["detstream.precision"] = precision
+    del model.metadata_props[:]
+    onnx.helper.set_model_props(model, meta)
+    onnx.save(model, str(target_path))
+
+
+def default_output(model_path: Path) -> Path:
+    """``<stem>-int8.onnx`` beside the fp32 model (``models/yolov3-tiny-int8.onnx`` for the default one)."""
+    return model_path.with_name(f"{model_path.stem}-int8.onnx")
+
+
+def quantize_model(model_path: Path | str, calib_source: Path | str, out_path: Path | str | None = None,
+                   frames: int = 100, *, options: QuantOptions | None = None) -> Path:
+    """Write a static INT8 model of ``model_path`` calibrated on ``frames`` frames of ``calib_source``.
+
+    ``calib_source`` is a video file (frames evenly sampled over its length,
+    decoded with PyAV) or a folder of images. The output keeps the input's
+    ``metadata_props`` plus ``detstream.precision=int8``; it is written to a
+    temporary file and renamed, so a failed run leaves no half model.
+    Raises :class:`ModelError` for an unreadable model or calibration source.
+    """
+    options = options or QuantOptions()
+    model_path = Path(model_path)
+    out = Path(out_path) if out_path else default_output(model_path)
+    if frames < 1:
+        raise ModelError(f"quantize: frames must be at least 1, got {frames}")
+    spec = load_model_spec(model_path)
+    if spec.layout == "nms":
+        logger.warning("%s: an in-graph NMS output quantizes poorly; check the agreement numbers", model_path)
+    data = calibration_frames(Path(calib_source), frames, spec.input_height, spec.input_width, spec.scale)
+    source_model = onnx.load(str(model_path))
+    with tempfile.TemporaryDirectory(prefix="detstream-quantize-") as tmp:
+        prepared = Path(tmp) / "prepared.onnx"
+        if options.preprocess:
+            quant_pre_process(str(model_path), str(prepared), skip_symbolic_shape=True)
+        else:
+            onnx.save(source_model, str(prepared))
+        excluded = head_nodes(onnx.load(str(prepared)), options.exclude_output_convs)
+        logger.info("quantize: %s in INT8, %d decode nodes kept in fp32, %d calibration frames",
+                    model_path.name, len(excluded), len(data))
+        activation = QuantType.QInt8 if options.activation_type == "int8" else QuantType.QUInt8
+        with atomic_output(out) as partial:
+            quantize_static(
+                str(prepared), str(partial), FrameReader(spec.input_name, data),
+                quant_format=QuantFormat.QDQ if options.quant_format == "qdq" else QuantFormat.QOperator,
+                per_channel=options.per_channel, reduce_range=options.reduce_range,
+                activation_type=activation, weight_type=QuantType.QInt8,
+                nodes_to_exclude=excluded, calibrate_method=_METHODS[options.method],
+                extra_options={"ActivationSymmetric": options.activation_symmetric, "WeightSymmetric": True},
+            )
+            _copy_metadata(source_model, partial, "int8")
+    logger.info("quantize: wrote %s", out)
+    return out
