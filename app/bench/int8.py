@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from app.bench import clips as clip_tools
+from app.bench.common import stat, wait_for_quiet
 from app.bench.file_mode import run_file_mode
-from app.bench.model_only import load_frames, run_model_only
+from app.bench.model_only import load_frames, measure_round, prepare, summarize
 from app.postprocess.yolo import decode_batch
 from app.types import Detections
 
@@ -138,20 +139,27 @@ def run_int8(ctx: Any, results: dict[str, Any]) -> dict[str, Any]:
     tree["model"] = {**tree.get("model", {}), "path": str(model), "name": None}
     spec = load_spec(parse_config(tree, env={}), plan.models_dir, None)
     frames, _ = load_frames(str(clip), plan.frames_in_memory, spec)
-    engine = create_engine(spec, ctx.config.engine)
+    engines = {"fp32": create_engine(ctx.spec, ctx.config.engine), "int8": create_engine(spec, ctx.config.engine)}
+    rounds: dict[str, list[dict[str, Any]]] = {"fp32": [], "int8": []}
     try:
-        engine.warmup()
-        model_only = run_model_only(engine, frames, [1, 2, 4, 8], plan.repeats, plan.model_seconds)
+        sizes = {name: prepare(engine, frames, [1, 2, 4, 8]) for name, engine in engines.items()}
+        for _ in range(plan.repeats):  # fp32 and int8 back to back in every round: the speedup is paired
+            for name, engine in engines.items():
+                wait_for_quiet(plan.settle_s)
+                rounds[name].append(measure_round(engine, frames, sizes[name], plan.model_seconds))
     finally:
-        engine.close()
+        for engine in engines.values():
+            engine.close()
+    model_only = summarize(rounds["int8"], engines["int8"].backend, len(frames), plan.model_seconds)
+    fp32_same_rounds = summarize(rounds["fp32"], engines["fp32"].backend, len(frames), plan.model_seconds)
+    paired = [max(i["fps"].values()) / max(f["fps"].values()) for i, f in zip(rounds["int8"], rounds["fp32"],
+                                                                               strict=True)]
     out: dict[str, Any] = {"model": str(model), "clip": plan.clips[0], "engine": model_only["engine"],
-                           "model_only": model_only}
-    fp32 = results.get("model_only", {}).get("best_fps", {}).get("median")
-    if fp32:
-        out["speedup_model_only"] = round(model_only["best_fps"]["median"] / fp32, 3)
-        out["speedup_by_batch"] = {
-            b: round(entry["fps"]["median"] / results["model_only"]["batches"][b]["fps"]["median"], 3)
-            for b, entry in model_only["batches"].items() if b in results["model_only"]["batches"]}
+                           "model_only": model_only, "fp32_model_only_same_rounds": fp32_same_rounds,
+                           "speedup_model_only": stat(paired, 3)["median"], "speedup_model_only_runs": stat(paired, 3),
+                           "speedup_by_batch": {
+                               b: round(entry["fps"]["median"] / fp32_same_rounds["batches"][b]["fps"]["median"], 3)
+                               for b, entry in model_only["batches"].items()}}
     if "file" in plan.sections:
         out["file"] = {}
         for name in plan.clips:
@@ -160,7 +168,7 @@ def run_int8(ctx: Any, results: dict[str, Any]) -> dict[str, Any]:
             if plan.max_frames is not None:
                 source = clip_tools.head_copy(source, plan.max_frames, plan.cache_dir)
             out["file"][label] = run_file_mode(source, label, model, plan.backend, plan.overrides, plan.repeats,
-                                               120 + 2 * (plan.max_frames or 2000))
+                                               120 + 2 * (plan.max_frames or 2000), plan.settle_s)
             fp32_file = results.get("file", {}).get(label, {}).get("fps", {}).get("median")
             if fp32_file:
                 out["file"][label]["speedup_vs_fp32"] = round(out["file"][label]["fps"]["median"] / fp32_file, 3)

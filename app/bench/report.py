@@ -148,7 +148,11 @@ def _throughput(console: Console, results: dict[str, Any]) -> None:
         table.add_row(f"INT8 model-only, batch {b}", int8.get("clip", ""), spread(entry["fps"]),
                       spread(entry["ms_per_batch"]), "")
     for label, entry in int8.get("file", {}).items():
-        table.add_row("INT8 file mode", label, spread(entry["fps"]), "", "")
+        table.add_row("INT8 file mode", label, spread(entry["fps"]), "",
+                      f"{entry.get('speedup_vs_fp32', '-')}x fp32 file mode")
+    if int8:
+        table.add_row("INT8 speedup, model-only", int8.get("clip", ""), spread(int8.get("speedup_model_only_runs")),
+                      "", f"paired with fp32 per round; F1 vs fp32 {int8.get('f1', '-')} ({int8.get('method', '')})")
     for label, ratio in results.get("ratios", {}).items():
         for key in ("e2e_over_model_only", "e2e_over_naive"):
             if key in ratio:
