@@ -152,8 +152,9 @@ class Pipeline:
                                                pixel_scale=spec.scale, keep_image=keep_image))
         submitted: queue.Queue = queue.Queue(maxsize=max(2, cfg.engine.contexts))
         if keep_image:
-            totals = {s.stream_id: s.total_frames for s in self._sources}
-            self._annotate = AnnotateSink(Path(cfg.annotate.dir), spec.class_names, cfg.annotate.snapshots, totals)
+            by_id = {s.stream_id: s for s in self._sources}
+            self._annotate = AnnotateSink(Path(cfg.annotate.dir), spec.class_names, cfg.annotate.snapshots,
+                                          lambda sid: by_id[sid].total_frames)
             self._annotate.start()
         self.results = ResultsStage(cfg, spec, engine.backend, batcher, submitted, self._statuses, self.publisher,
                                     self.metrics, on_frame=self._to_annotate if keep_image else None)

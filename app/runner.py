@@ -147,10 +147,11 @@ def run_command(args: argparse.Namespace) -> int:
 def _wait(pipeline: Pipeline, config: DetstreamConfig, interactive: bool | None) -> None:
     from app.stages.progress import ProgressReporter
 
-    totals = {s.stream_id: s.total_frames for s in pipeline.sources}
+    sources = {s.stream_id: s for s in pipeline.sources}
     started = time.monotonic()
     stop_at = None
-    with ProgressReporter(pipeline.results.progress, totals, interactive=interactive) as progress:
+    with ProgressReporter(pipeline.results.progress, lambda sid: sources[sid].total_frames,
+                          interactive=interactive) as progress:
         while not pipeline.done():
             progress.update()
             now = time.monotonic()

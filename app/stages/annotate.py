@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -21,6 +22,8 @@ import numpy as np
 from app.types import FrameResult
 
 logger = logging.getLogger(__name__)
+
+_MS = Fraction(1, 1000)  # output timestamps are the source's own, in milliseconds
 
 _PALETTE = np.array([(56, 56, 255), (151, 157, 255), (31, 112, 255), (29, 178, 255), (49, 210, 207),
                      (10, 249, 72), (23, 204, 146), (134, 219, 61), (52, 147, 26), (187, 212, 0)], np.uint8)
@@ -48,13 +51,15 @@ class _Writer:
     stream: av.video.stream.VideoStream
     size: tuple[int, int]
     frames: int = 0
+    first_pts_s: float | None = None
+    last_pts_ms: int = -1
 
 
 class AnnotateSink:
     """Owns thread ``detstream.annotate`` and every output file it writes."""
 
     def __init__(self, out_dir: Path, class_names: tuple[str, ...], snapshots: int,
-                 expected_frames: dict[str, int | None], fps: float = 10.0, queue_size: int = 64) -> None:
+                 expected_frames: Callable[[str], int | None], fps: float = 10.0, queue_size: int = 64) -> None:
         self.out_dir = out_dir
         self.dropped = 0
         self._names = class_names
@@ -107,15 +112,34 @@ class AnnotateSink:
         if (canvas.shape[1], canvas.shape[0]) != writer.size:
             canvas = cv2.resize(canvas, writer.size)
         frame = av.VideoFrame.from_ndarray(canvas, format="bgr24")
+        frame.pts, frame.time_base = self._pts_ms(writer, meta.pts_s), _MS
         for packet in writer.stream.encode(frame):
             writer.container.mux(packet)
         writer.frames += 1
         self._maybe_snapshot(meta.stream_id, meta.seq, canvas, len(result.detections))
 
+    def _pts_ms(self, writer: _Writer, pts_s: float | None) -> int:
+        """The frame's own time in the output (ms), so the video plays at the source's real rate.
+
+        Missing or non-increasing timestamps (a looped file) continue one nominal frame later.
+        """
+        step = round(1000 / self._fps)
+        if pts_s is None:
+            pts_ms = writer.last_pts_ms + step
+        else:
+            if writer.first_pts_s is None:
+                writer.first_pts_s = pts_s
+            pts_ms = round((pts_s - writer.first_pts_s) * 1000)
+            if pts_ms <= writer.last_pts_ms:
+                pts_ms = writer.last_pts_ms + step
+        writer.last_pts_ms = pts_ms
+        return pts_ms
+
     def _open(self, stream_id: str, width: int, height: int) -> _Writer:
         path = self.out_dir / f"{stream_id}.mp4"
         container = av.open(str(path), mode="w")
-        stream = container.add_stream("libx264", rate=Fraction(self._fps).limit_denominator(1000))
+        stream = container.add_stream("libx264", rate=Fraction(1000))
+        stream.codec_context.time_base = _MS
         stream.width, stream.height = width - width % 2, height - height % 2
         stream.pix_fmt = "yuv420p"
         stream.options = {"preset": "veryfast", "crf": "26"}
@@ -134,7 +158,7 @@ class AnnotateSink:
         taken = self._snapshot_count.get(stream_id, 0)
         if taken >= self._snapshots or count == 0:
             return
-        total = self._expected.get(stream_id) or 500
+        total = self._expected(stream_id) or 500
         every = max(1, total // max(1, self._snapshots))
         if seq >= taken * every:
             cv2.imwrite(str(self.out_dir / f"{stream_id}_{seq:06d}.jpg"), canvas)

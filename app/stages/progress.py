@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 from rich.console import Console
@@ -28,7 +28,7 @@ def _summary(progress: StreamProgress, fps: float) -> str:
 class ProgressReporter:
     """Polls the results stage's per-stream counters; never touches the pipeline's threads."""
 
-    def __init__(self, streams: Mapping[str, StreamProgress], totals: Mapping[str, int | None],
+    def __init__(self, streams: Mapping[str, StreamProgress], totals: Callable[[str], int | None],
                  interactive: bool | None = None, log_every_s: float = 5.0) -> None:
         self._streams = streams
         self._totals = totals
@@ -49,7 +49,7 @@ class ProgressReporter:
         if self._bar is not None:
             self._bar.start()
             for sid in self._streams:
-                self._tasks[sid] = self._bar.add_task(sid, total=self._totals.get(sid), info="")
+                self._tasks[sid] = self._bar.add_task(sid, total=None, info="")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -66,7 +66,7 @@ class ProgressReporter:
                 self._fps[sid] = (progress.published - n0) / (now - t0)
                 self._last[sid] = (now, progress.published)
             if self._bar is not None:
-                self._bar.update(self._tasks[sid], completed=progress.published,
+                self._bar.update(self._tasks[sid], total=self._totals(sid), completed=progress.published,
                                  info=_summary(progress, self._fps[sid]))
         if self._bar is None and now - self._last_log >= self._log_every_s:
             self._last_log = now
@@ -74,6 +74,6 @@ class ProgressReporter:
 
     def log_summary(self) -> None:
         for sid, progress in self._streams.items():
-            total = self._totals.get(sid)
+            total = self._totals(sid)
             logger.info("%s: %d/%s frames  %s", sid, progress.published, total if total else "?",
                         _summary(progress, self._fps[sid]))

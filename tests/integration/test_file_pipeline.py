@@ -46,6 +46,11 @@ def test_annotate_writes_a_playable_video_with_every_frame_and_snapshots(bikes, 
     assert result.returncode == 0, result.stderr[-2000:]
     video = out / "bikes.mp4"
     assert count_frames(video) == count_frames(bikes)
+    import av
+
+    with av.open(str(video)) as annotated, av.open(str(bikes)) as source:
+        rates = [float(c.streams.video[0].average_rate) for c in (annotated, source)]
+    assert rates[0] == pytest.approx(rates[1], rel=0.05), "the annotated video plays at the source's rate"
     snapshots = sorted(out.glob("bikes_*.jpg"))
     assert 1 <= len(snapshots) <= 5
 
