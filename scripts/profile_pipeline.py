@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import linecache
 import os
 import re
 import shutil
@@ -38,26 +39,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.bench.clips import clip_label, head_copy, resolve_clip
 from app.bench.common import REPO_ROOT, RawSubscriber, free_port
 
-# (category, regex on "function (file:line)"), tried from the innermost frame outwards; first match wins.
+# (category, function regex, source-line regex), tried from the innermost frame outwards; the first rule whose
+# function name ("[Class.]name") and source line (read from the file, so edits elsewhere do not shift it) match wins.
 RULES = [
-    ("infer", r"^(run_with_iobinding|run) \(.*onnxruntime"),
-    ("letterbox: resize", r"^letterbox_into \(.*preprocess\.py:3[0-3]\)"),
-    ("letterbox: to float CHW", r"^letterbox_into \(.*preprocess\.py"),
-    ("decode: to rgb24", r"^(to_ndarray|reformat) "),
-    ("decode: codec", r"^(decode|demux|_decode) \((av/|.*/av/)"),
-    ("decode: demux", r"^__next__ \(.*av/"),
-    ("wait: slot (backpressure)", r"^acquire \(.*batcher\.py"),
-    ("wait: realtime pacing", r"^wait \(.*pacing\.py"),
-    ("batcher: next_batch", r"^next_batch \(.*batcher\.py"),
-    ("engine: copy into input", r"^submit \(.*engines/onnxruntime\.py"),
-    ("post: decode+NMS", r"^decode_batch \("),
-    ("post: publish (encode+send)", r"^(publish_detections|detection_payload|_publish_frame) \("),
-    ("post: wait for batch", r"^(get|_run) \(.*(queue\.py|results\.py)"),
-    ("decode: other", r"^_deliver \(|^_decode \(.*pyav\.py"),
-    ("startup: imports", r"^_find_and_load "),
-    ("startup: engine", r"^(create_engine|OrtEngine|__init__ \(.*onnxruntime)"),
-    ("main: progress loop", r"^_wait \(.*runner\.py"),
+    ("infer: onnxruntime run", r"run_with_iobinding|^InferenceSession\.run$", None),
+    ("infer: copy frames into the input", r"submit$", r"np\.copyto"),
+    ("letterbox: resize", r"letterbox_into$", r"cv2\.resize"),
+    ("letterbox: pad + float CHW", r"letterbox_into$", None),
+    ("decode: codec", r"_decode$", r"\.decode\("),
+    ("decode: demux (read)", r"_decode$", r"for packet in"),
+    ("decode: yuv -> rgb24", r"_deliver$", r"to_ndarray|reformat"),
+    ("wait: ring slot (backpressure)", r"acquire$", r"wait"),
+    ("wait: realtime pacing", r"^RealtimePacer\.wait$|_pace", None),
+    ("decode: other (slot, meta, commit)", r"_deliver$|_decode$", None),
+    ("engine: waiting for a batch", r"next_batch$", None),
+    ("engine: other", r"^InferenceStage\.", None),
+    ("post: decode + NMS", r"decode_batch$|batched_nms$", None),
+    ("post: payload + encode", r"detection_payload$|^encode$", None),
+    ("post: zmq send", r"publish_detections$|send_multipart$", None),
+    ("post: waiting for results", r"^ResultsStage\._run$", r"get\("),
+    ("post: other", r"^ResultsStage\.", None),
+    ("startup: imports", r"_find_and_load$", None),
+    ("startup: model and engine", r"create_engine$|load_spec$|_build_and_start$|load_model_spec$", None),
+    ("main: progress loop", r"^_wait$", None),
 ]
+FRAME = re.compile(r"^(?P<func>.+?) \((?P<file>[^:()]+):(?P<line>\d+)\)$")
 THREAD = re.compile(r"^thread \((\d+)\)(?::\s*(.*))?$")
 
 
@@ -135,10 +141,18 @@ class ThreadCpu:
 
 def categorise(stack: list[str]) -> str:
     for frame in reversed(stack):
-        for name, pattern in RULES:
-            if re.search(pattern, frame):
+        match = FRAME.match(frame)
+        func = match.group("func") if match else frame
+        source = _source_line(match.group("file"), int(match.group("line"))) if match else ""
+        for name, func_pattern, source_pattern in RULES:
+            if re.search(func_pattern, func) and (source_pattern is None or re.search(source_pattern, source)):
                 return name
     return "other: " + (stack[-1].split(" (")[0] if stack else "?")
+
+
+def _source_line(file: str, line: int) -> str:
+    path = Path(file) if Path(file).is_absolute() else REPO_ROOT / file
+    return linecache.getline(str(path), line)
 
 
 def parse_raw(path: Path) -> tuple[dict[int, str], dict[int, Counter], Counter]:
