@@ -242,3 +242,9 @@ def test_a_fatal_mistake_exits_2_with_exactly_one_clear_line(fatal_ctx, case):
     assert re.search(case.error, errors[0]), errors[0]
     if case.absent:
         assert case.absent not in result.stderr + result.stdout
+
+
+def test_docs_list_every_corpus_case():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "reliability.md").read_text()
+    missing = [case.id for case in (*FILE_CASES, *NET_CASES, *FATAL_CASES) if f"| `{case.id}` |" not in text]
+    assert not missing, f"docs/reliability.md lacks rows for {missing}"
