@@ -169,6 +169,7 @@ class RssSampler:
         self.peak_bytes = 0
         self.hwm_bytes = 0
         self.cpu_s = 0.0
+        self.cpu_series: list[tuple[float, float]] = []  # (monotonic time, tree CPU seconds)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench.rss", daemon=True)
 
@@ -193,6 +194,7 @@ class RssSampler:
                         continue
                 self.peak_bytes = max(self.peak_bytes, total)
                 self.cpu_s = max(self.cpu_s, cpu)
+                self.cpu_series.append((time.monotonic(), self.cpu_s))
                 self.hwm_bytes = max(self.hwm_bytes, _vm_hwm(self.pid))
             except (psutil.NoSuchProcess, psutil.ZombieProcess):
                 return
@@ -237,6 +239,7 @@ class WorkerRun:
     worker_cpu_s: float
     background_cores: float
     timed_out: bool
+    cpu_series: list[tuple[float, float]]
     messages: list[Received]
     stderr_tail: str
     encoding: str = "json"
@@ -257,6 +260,13 @@ class WorkerRun:
 
     def statuses(self) -> list[dict[str, Any]]:
         return [p for topic, p, _ in self.parsed() if topic.startswith("status/")]
+
+    def cpu_between(self, t0: float, t1: float) -> float | None:
+        """Worker CPU seconds used between two monotonic times (interpolated from the 0.1 s samples)."""
+        if len(self.cpu_series) < 2 or t1 <= t0:
+            return None
+        times, cpu = zip(*self.cpu_series, strict=True)
+        return float(np.interp(t1, times, cpu) - np.interp(t0, times, cpu))
 
     def check(self) -> None:
         """Raise with the worker's own last words when it did not exit cleanly."""
@@ -303,7 +313,7 @@ def run_worker(args: list[str], endpoint: str, timeout_s: float, encoding: str =
         log.seek(0)
         tail = log.read()[-4000:]
     return WorkerRun(argv, returncode, t_start, t_exit, sampler.peak_mb, sampler.hwm_mb, sampler.cpu_s, other,
-                     timed_out, messages, tail, encoding)
+                     timed_out, sampler.cpu_series, messages, tail, encoding)
 
 
 def _end(proc: subprocess.Popen) -> int:

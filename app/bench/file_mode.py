@@ -62,6 +62,13 @@ def batch_sizes(dets: list[dict[str, Any]]) -> list[int]:
     return sizes
 
 
+def _steady_cpu_ms(run: WorkerRun, times: list[float], burst: int) -> float:
+    """Worker CPU per frame between the first and the last message (start-up and drain left out)."""
+    cpu = run.cpu_between(times[0], times[-1])
+    frames = len(times) - burst
+    return cpu * 1e3 / frames if cpu is not None and frames > 0 else run.worker_cpu_s * 1e3 / len(times)
+
+
 def analyse_file_run(run: WorkerRun) -> dict[str, Any]:
     run.check()
     dets = run.detections()
@@ -86,6 +93,7 @@ def analyse_file_run(run: WorkerRun) -> dict[str, Any]:
         "engine": payloads[0].get("engine"),
         "peak_rss_mb": run.peak_rss_mb,
         "background_cores": run.background_cores,
+        "cpu_ms_per_frame": _steady_cpu_ms(run, times, burst),
         "mean_batch": float(np.mean(sizes)),
         "stages": {k: [p["latency_ms"][k] for p in payloads] for k in STAGES},
     }
@@ -117,6 +125,7 @@ def summarize_file(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "mean_batch": round(float(np.mean([r["mean_batch"] for r in runs])), 2),
         "peak_rss_mb": stat([r["peak_rss_mb"] for r in runs], 1),
         "background_cores": stat([r["background_cores"] for r in runs]),
+        "cpu_ms_per_frame": stat([r["cpu_ms_per_frame"] for r in runs], 1),
         "stages_ms": {k: {**percentiles(pooled[k], (50, 95)), "mean": round(float(np.mean(pooled[k])), 1)}
                       for k in STAGES},
     }

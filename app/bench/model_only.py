@@ -12,6 +12,7 @@ minute on a shared machine does not land on one batch size only.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -53,10 +54,10 @@ def measure_round(engine: Engine, frames: list[np.ndarray], sizes: list[int], se
                   min_batches: int = 3) -> dict[str, Any]:
     """One timed run per batch size: ``{"fps": {b: ...}, "ms": {b: ...}, "background_cores": ...}``."""
     background = Background()
-    fps, ms = {}, {}
+    fps, ms, cpu = {}, {}, {}
     for b in sizes:
-        fps[b], ms[b] = _timed_run(engine, frames, b, seconds, min_batches)
-    return {"fps": fps, "ms": ms, "background_cores": background.cores()}
+        fps[b], ms[b], cpu[b] = _timed_run(engine, frames, b, seconds, min_batches)
+    return {"fps": fps, "ms": ms, "cpu_ms_per_frame": cpu, "background_cores": background.cores()}
 
 
 def summarize(rounds: list[dict[str, Any]], engine_name: str, frames_in_memory: int,
@@ -67,7 +68,8 @@ def summarize(rounds: list[dict[str, Any]], engine_name: str, frames_in_memory: 
     for b in sizes:
         ms = [r["ms"][b] for r in rounds]
         batches[str(b)] = {"fps": stat([r["fps"][b] for r in rounds]), "ms_per_batch": stat(ms),
-                           "ms_per_frame": round(float(np.median(ms)) / b, 2)}
+                           "ms_per_frame": round(float(np.median(ms)) / b, 2),
+                           "cpu_ms_per_frame": stat([r["cpu_ms_per_frame"][b] for r in rounds], 1)}
     best = max(sizes, key=lambda b: batches[str(b)]["fps"]["median"])
     return {"engine": engine_name, "frames_in_memory": frames_in_memory, "seconds_per_run": seconds,
             "batches": batches, "best_batch": best, "best_fps": batches[str(best)]["fps"],
@@ -88,8 +90,10 @@ def _batch(frames: list[np.ndarray], start: int, size: int) -> list[np.ndarray]:
 
 
 def _timed_run(engine: Engine, frames: list[np.ndarray], size: int, seconds: float,
-               min_batches: int) -> tuple[float, float]:
+               min_batches: int) -> tuple[float, float, float]:
+    """(fps, median ms per batch, CPU ms per frame of this process: ONNX Runtime's pool included)."""
     times = []
+    cpu0 = _cpu_s()
     started = time.perf_counter()
     done = 0
     while done < min_batches or time.perf_counter() - started < seconds:
@@ -98,7 +102,12 @@ def _timed_run(engine: Engine, frames: list[np.ndarray], size: int, seconds: flo
         times.append(time.perf_counter() - t0)
         done += 1
     elapsed = time.perf_counter() - started
-    return done * size / elapsed, float(np.median(times)) * 1e3
+    return done * size / elapsed, float(np.median(times)) * 1e3, (_cpu_s() - cpu0) * 1e3 / (done * size)
+
+
+def _cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
 
 
 def postprocess_timing(engine: Engine, frames: list[np.ndarray], boxes: list[Letterbox], spec: ModelSpec,

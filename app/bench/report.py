@@ -135,11 +135,13 @@ def _throughput(console: Console, results: dict[str, Any]) -> None:
     if model_only:
         for b, entry in model_only["batches"].items():
             table.add_row(f"model-only, batch {b}", model_only["clip"], spread(entry["fps"]),
-                          spread(entry["ms_per_batch"]), f"{entry['ms_per_frame']} ms/frame")
+                          spread(entry["ms_per_batch"]),
+                          f"{entry['ms_per_frame']} ms/frame; CPU {entry['cpu_ms_per_frame']['median']} ms/frame")
     for label, entry in results.get("naive", {}).items():
         table.add_row("naive loop", label, spread(entry["fps"]), "", f"{entry['frames']} frames")
     for label, entry in results.get("file", {}).items():
-        notes = f"wall {spread(entry['wall_s'], ' s')} incl. startup; mean batch {entry['mean_batch']}"
+        notes = (f"wall {spread(entry['wall_s'], ' s')} incl. startup; mean batch {entry['mean_batch']}; "
+                 f"CPU {entry['cpu_ms_per_frame']['median']} ms/frame")
         if not entry["lossless"]:
             notes += "; NOT LOSSLESS"
         table.add_row("detstream file mode", label, spread(entry["fps"]), "", notes)
