@@ -29,6 +29,7 @@ from types import FrameType
 import zmq
 
 from app.errors import PublishError
+from app.publish.zmq import needs_ipv6
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ class ProxyThread(threading.Thread):
 
     def _bind(self, socket: zmq.Socket, endpoint: str, role: str) -> None:
         try:
+            socket.ipv6 = needs_ipv6(endpoint)
             socket.bind(endpoint)
         except zmq.ZMQError as error:
             raise PublishError(f"proxy cannot bind {role} {endpoint}: {error.strerror}") from None

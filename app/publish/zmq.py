@@ -40,6 +40,15 @@ SUBSCRIPTION_READS_PER_PUBLISH = 64
 """At most this many subscription frames are read per publish call."""
 
 
+def needs_ipv6(endpoint: str) -> bool:
+    """True for a TCP endpoint with a bracketed IPv6 host (``tcp://[::1]:5555``).
+
+    libzmq refuses those ("No such device") unless the socket has ``ZMQ_IPV6``
+    set; it is set only for them, so ``tcp://*:5555`` keeps binding IPv4 only.
+    """
+    return endpoint.removeprefix("connect+").startswith("tcp://[")
+
+
 class ZmqPublisher:
     """Publishes payload maps as ``[topic, payload]`` messages on one XPUB socket.
 
@@ -72,6 +81,7 @@ class ZmqPublisher:
             socket.linger = config.linger_ms
             socket.setsockopt(zmq.XPUB_NODROP, 1)
             socket.setsockopt(zmq.XPUB_VERBOSER, 1)  # every (un)subscription, so counts stay exact
+            socket.ipv6 = needs_ipv6(endpoint)
             if config.curve is not None:
                 self._apply_curve(socket, config.curve.server_secret_file)
             if endpoint.startswith("connect+"):

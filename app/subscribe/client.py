@@ -33,6 +33,7 @@ import zmq
 import zmq.auth
 
 from app.publish.messages import MessageDecodeError, decode
+from app.publish.zmq import needs_ipv6
 from app.subscribe.messages import DetectionMessage, GapEvent, Message, StatusMessage
 
 logger = logging.getLogger(__name__)
@@ -113,6 +114,7 @@ class Subscriber:
         socket.reconnect_ivl_max = 5000
         socket.heartbeat_ivl = 2000
         socket.heartbeat_timeout = 6000
+        socket.ipv6 = needs_ipv6(self.endpoint)
         if curve_server_key is not None:
             public, secret = zmq.curve_keypair()
             socket.curve_serverkey = _server_key(curve_server_key)

@@ -192,3 +192,31 @@ def test_a_curve_certificate_without_secret_key_is_a_publish_error(endpoint, tmp
 def test_a_shared_context_is_left_running_after_close(endpoint, context):
     publisher(endpoint, context).close()
     assert not context.closed
+
+
+def test_an_ipv6_loopback_endpoint_binds_and_delivers(context):
+    import socket
+
+    with socket.socket(socket.AF_INET6) as probe:
+        probe.bind(("::1", 0))
+        endpoint = f"tcp://[::1]:{probe.getsockname()[1]}"
+    with publisher(endpoint, context) as pub:
+        sub = context.socket(zmq.SUB)
+        sub.ipv6, sub.linger, sub.rcvtimeo = True, 0, TIMEOUT_MS  # a SUB needs ZMQ_IPV6 before connecting too
+        sub.subscribe(b"det/")
+        sub.connect(endpoint)
+        try:
+            assert pub.wait_for_subscribers(1, 5.0)
+            pub.publish_detections("cam", small_payload(0))
+            assert sub.recv_multipart()[0] == b"det/cam/"
+        finally:
+            sub.close()
+
+
+@pytest.mark.parametrize(("endpoint", "expected"), [("tcp://[::1]:5555", True), ("connect+tcp://[::1]:1", True),
+                                                    ("tcp://127.0.0.1:5555", False), ("tcp://*:5555", False),
+                                                    ("ipc:///tmp/x", False)])
+def test_only_bracketed_ipv6_hosts_turn_on_zmq_ipv6(endpoint, expected):
+    from app.publish.zmq import needs_ipv6
+
+    assert needs_ipv6(endpoint) is expected

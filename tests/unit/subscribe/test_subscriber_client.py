@@ -113,3 +113,20 @@ def test_an_iterating_subscriber_reconnects_to_a_restarted_publisher(endpoint):
 def test_an_unknown_encoding_is_refused():
     with pytest.raises(ValueError, match="encoding"):
         Subscriber(encoding="pickle")  # type: ignore[arg-type]
+
+
+def test_a_subscriber_reaches_a_publisher_on_ipv6_loopback():
+    import socket
+
+    with socket.socket(socket.AF_INET6) as probe:
+        probe.bind(("::1", 0))
+        endpoint = f"tcp://[::1]:{probe.getsockname()[1]}"
+    with ZmqPublisher(PublishConfig(endpoint=endpoint, linger_ms=0)) as pub, Subscriber(endpoint) as sub:
+        received: list = []
+        reader = threading.Thread(target=lambda: received.extend(sub.iter_messages(count=1, timeout_s=10)),
+                                  name="test.reader")
+        reader.start()
+        assert pub.wait_for_subscribers(1, 5.0)
+        pub.publish_detections("cam", detection("cam", 0))
+        reader.join(10)
+    assert [m.seq for m in received] == [0]
