@@ -43,7 +43,12 @@ class QuantOptions:
     """How to quantize; the defaults are the measured best on x86 CPUs (see docs/models.md).
 
     ``exclude_output_convs`` also keeps the convolutions that feed only the
-    decode (the 1x1 detection convs) in fp32.
+    decode (the 1x1 detection convs) in fp32. ``moving_average`` smooths the
+    per-frame min/max (ORT's ``CalibMovingAverage``, constant 0.01) instead of
+    taking the extremes over all frames: one odd frame no longer stretches a
+    range, which measured F1 0.970 vs 0.956 on vtest and 0.90 vs 0.86 on
+    bikes. It weights early frames more, which is why frames are spread over
+    the whole clip.
     """
 
     quant_format: Literal["qdq", "qoperator"] = "qdq"
@@ -52,6 +57,7 @@ class QuantOptions:
     activation_symmetric: bool = False
     activation_type: Literal["int8", "uint8"] = "uint8"
     method: Literal["minmax", "entropy", "percentile"] = "minmax"
+    moving_average: bool = True
     exclude_output_convs: bool = False
     preprocess: bool = True
 
@@ -139,7 +145,8 @@ def quantize_model(model_path: Path | str, calib_source: Path | str, out_path: P
                 per_channel=options.per_channel, reduce_range=options.reduce_range,
                 activation_type=activation, weight_type=QuantType.QInt8,
                 nodes_to_exclude=excluded, calibrate_method=_METHODS[options.method],
-                extra_options={"ActivationSymmetric": options.activation_symmetric, "WeightSymmetric": True},
+                extra_options={"ActivationSymmetric": options.activation_symmetric, "WeightSymmetric": True,
+                               "CalibMovingAverage": options.moving_average},
             )
             _copy_metadata(source_model, partial, "int8")
     logger.info("quantize: wrote %s", out)
