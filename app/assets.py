@@ -102,14 +102,17 @@ def fetch_clip(name: ClipName, cache_dir: Path | None = None, progress: bool = T
     makers = {"vtest.avi": _vtest, "bikes.mp4": _bikes}
     if name not in makers:
         raise SourceError(f"unknown clip {name!r}; known: {', '.join(CLIPS)}")
-    cache = cache_root(cache_dir)
-    final = cache / "clips" / name
-    if final.is_file() and final.stat().st_size > 0:
-        return final
-    reporter = Reporter(progress, log=logger)
-    with exclusive_lock(cache / "fetch-clips.lock"):
-        if not (final.is_file() and final.stat().st_size > 0):
-            reporter.say(f"fetching clip {name} into {final.parent}/")
-            makers[name](final, cache, reporter)
-            reporter.say(f"clip ready: {final} ({final.stat().st_size / 1e6:.1f} MB)")
+    try:
+        cache = cache_root(cache_dir)
+        final = cache / "clips" / name
+        if final.is_file() and final.stat().st_size > 0:
+            return final
+        reporter = Reporter(progress, log=logger)
+        with exclusive_lock(cache / "fetch-clips.lock"):
+            if not (final.is_file() and final.stat().st_size > 0):
+                reporter.say(f"fetching clip {name} into {final.parent}/")
+                makers[name](final, cache, reporter)
+                reporter.say(f"clip ready: {final} ({final.stat().st_size / 1e6:.1f} MB)")
+    except OSError as error:  # unwritable cache, full disk
+        raise SourceError(f"{error.filename or name}: cannot fetch clip {name} ({error.strerror or error})") from None
     return final

