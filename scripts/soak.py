@@ -18,8 +18,16 @@ messages received by a subscriber (``app.subscribe.Subscriber``) in the
 interval. Rows go to ``samples.csv`` and everything to ``summary.json`` in
 ``--out``.
 
+Warm-up. ONNX Runtime and the allocator grow in steps the first time a
+batch of a new size runs (measured: +150 MB for the first batch of 8, up to
++50 MB more for the sizes after it), and a full batch only forms when frames
+pile up, which may first happen at any time. So, in the middle of the warm-up,
+the worker is frozen (SIGSTOP) for ``--freeze-s`` seconds, like a long GC
+pause or a starved CPU: frames pile up, and when it resumes it runs full
+batches. After that, further growth is not a warm-up.
+
 Verdict (exit 1 on any): after ``--warmup-s`` (default: a quarter of the run,
-at least 15 s), with "start" the first three samples and "end" the last
+at least 20 s), with "start" the first three samples and "end" the last
 three:
 
 * RSS grows: median(end) > median(start) × (1 + ``--max-rss-growth``, 5 %);
@@ -140,6 +148,16 @@ def write_config(path: Path, cameras: list[tuple[str, str]], files: list[tuple[s
     path.write_text("".join(lines))
 
 
+def freeze(worker: subprocess.Popen, seconds: float) -> None:
+    """SIGSTOP the worker, then SIGCONT it: frames pile up, so the engine runs full batches afterwards."""
+    os.killpg(worker.pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.killpg(worker.pid, signal.SIGCONT)
+    print(f"  froze the worker for {seconds:g} s (warm-up: full batches)", flush=True)
+
+
 def sample(proc: psutil.Process, started: float, counter: Counter) -> Sample:
     with proc.oneshot():
         return Sample(round(time.monotonic() - started, 1), round(proc.memory_info().rss / 2**20, 1),
@@ -197,7 +215,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sources", type=int, default=8)
     parser.add_argument("--interval-s", type=float, default=10)
     parser.add_argument("--restart-every-s", type=float, help="default: a sixth of the run, between 10 and 120 s")
-    parser.add_argument("--warmup-s", type=float, help="default: a quarter of the run, at least 15 s")
+    parser.add_argument("--warmup-s", type=float, help="default: a quarter of the run, at least 20 s")
+    parser.add_argument("--freeze-s", type=float, default=3.0,
+                        help="SIGSTOP the worker this long at 60 %% of the warm-up, so full batches run (0: never)")
     parser.add_argument("--fps", type=int, default=2, help="frame rate of every camera and file")
     parser.add_argument("--max-rss-growth", type=float, default=0.05)
     parser.add_argument("--out", type=Path, help="default: out/soak-<time>")
@@ -207,7 +227,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.restart_every_s is None:
         args.restart_every_s = min(120.0, max(10.0, args.duration_s / 6))
     if args.warmup_s is None:
-        args.warmup_s = max(15.0, args.duration_s / 4)
+        args.warmup_s = max(20.0, args.duration_s / 4)
     if args.out is None:
         args.out = ROOT / "out" / time.strftime("soak-%Y%m%d-%H%M%S")
     return args
@@ -245,11 +265,15 @@ def main(argv: list[str] | None = None) -> int:
         proc.cpu_percent(None)
         started = time.monotonic()
         next_sample, next_restart, which = args.interval_s, args.restart_every_s, 0
+        freeze_at = 0.6 * args.warmup_s if args.freeze_s > 0 else None
         print(f"soak: {args.sources} sources ({cameras_n} RTSP on {len(servers)} servers), {args.duration_s:.0f} s, "
               f"logs in {work}", flush=True)
         while (elapsed := time.monotonic() - started) < args.duration_s:
             if worker.poll() is not None:
                 raise RuntimeError(f"the worker exited early with {worker.returncode}; see {work / 'worker.log'}")
+            if freeze_at is not None and elapsed >= freeze_at:
+                freeze_at = None
+                freeze(worker, args.freeze_s)
             if elapsed >= next_restart and elapsed < args.duration_s - args.interval_s:
                 server = servers[which % len(servers)]
                 server.kill()
