@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import time
 from pathlib import Path
 
@@ -96,6 +97,10 @@ def make_plan(opts: argparse.Namespace):
     )
 
 
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def bench_command(args: list[str]) -> int:
     """Parse ``args`` (what follows ``detstream bench``), run, print, write JSON; 0 when every section ran."""
     from app.bench.report import print_report, targets, write_json
@@ -108,7 +113,11 @@ def bench_command(args: list[str]) -> int:
         plan = make_plan(opts)
     except ValueError as error:
         build_parser().error(str(error))
-    results = run_suite(plan)
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM unwinds like Ctrl-C: workers are ended
+    try:
+        results = run_suite(plan)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     results["targets"] = targets(results)
     path = opts.json or Path("bench-results") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
     print_report(results)
