@@ -25,7 +25,7 @@ from tests.integration.rtsp import make_clip
 
 CYCLES = 4
 DOWN_S = 1.5
-BASELINE_S = 4.0
+BASELINE_S = 6.0
 CAMERA_FPS = 3   # with the file, 9 frames/s: below what yolov3-tiny does on 2 CPU cores (~12/s)
 FILE_FPS = 3
 
@@ -169,10 +169,13 @@ def test_the_other_camera_and_the_file_keep_their_rate_through_every_outage(faul
     for stream in ("b", "f"):
         baseline = rate(collector, stream, *run.baseline)
         assert baseline > 0.8 * (CAMERA_FPS if stream == "b" else FILE_FPS), f"{stream}: baseline {baseline:.1f}/s"
-        for number, outage in enumerate(run.outages, 1):
-            during = rate(collector, stream, outage.killed_at, outage.recovered_at)
-            assert during >= 0.75 * baseline, \
+        windows = [(o.killed_at, o.recovered_at) for o in run.outages]
+        for number, window in enumerate(windows, 1):  # ~4 s windows of ~12 messages: one message is 8 %
+            during = rate(collector, stream, *window)
+            assert during >= 0.7 * baseline, \
                 f"{stream}: {during:.1f}/s during outage {number} against {baseline:.1f}/s before"
+        total = sum(rate(collector, stream, *w) * (w[1] - w[0]) for w in windows) / sum(b - a for a, b in windows)
+        assert total >= 0.85 * baseline, f"{stream}: {total:.2f}/s over all outages against {baseline:.2f}/s before"
 
 
 def test_seqs_stay_increasing_and_every_gap_is_reported_through_the_outages(fault_run):
