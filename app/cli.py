@@ -142,11 +142,14 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "bench":
         from app.bench import bench_command
 
-        return bench_command(args.args)
+        return bench_command(args.args[1:] if args.args[:1] == ["--"] else args.args)
     raise AssertionError(args.command)
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # its options are the bench's own (argparse REMAINDER drops leading options)
+        argv = ["bench", "--", *argv[1:]] if len(argv) > 1 and argv[1] != "--" else argv
     args = build_parser().parse_args(argv)
     from app.logs import setup_logging
 
