@@ -135,16 +135,17 @@ def run_command(args: argparse.Namespace) -> int:
     server = _serve_metrics(config, pipeline)
     try:
         pipeline.start()
-        _wait(pipeline, config, interactive=False if args.no_progress else None)
+        drained = _wait(pipeline, config, interactive=False if args.no_progress else None)
     finally:
         pipeline.stop()
         pipeline.close()
         if server is not None:
             server.stop()
-    return _exit_code(pipeline)
+    return _exit_code(pipeline, drained)
 
 
-def _wait(pipeline: Pipeline, config: DetstreamConfig, interactive: bool | None) -> None:
+def _wait(pipeline: Pipeline, config: DetstreamConfig, interactive: bool | None) -> bool:
+    """Show progress until the run ends; False when the drain had to be forced (frames may be lost)."""
     from app.stages.progress import ProgressReporter
 
     sources = {s.stream_id: s for s in pipeline.sources}
@@ -163,15 +164,20 @@ def _wait(pipeline: Pipeline, config: DetstreamConfig, interactive: bool | None)
                 logger.warning("drain took more than %.0f s; forcing exit", DRAIN_TIMEOUT_S)
                 pipeline.force_stop()
                 pipeline.wait(2.0)
-                break
+                return False
             time.sleep(0.2)
+    return True
 
 
-def _exit_code(pipeline: Pipeline) -> int:
+def _exit_code(pipeline: Pipeline, drained: bool = True) -> int:
     report = pipeline.report()
     for stream_id, count in report.published.items():
         logger.info("%s: published %d frames, dropped %d, %s", stream_id, count, report.dropped[stream_id],
                     report.states[stream_id])
+    if not drained:
+        print(f"detstream: error: frames in flight were not all published: the drain took over {DRAIN_TIMEOUT_S:.0f} s",
+              file=sys.stderr)
+        return 1
     if report.failed:
         for stream_id, reason in report.failed.items():
             print(f"detstream: error: source {stream_id!r} failed: {reason}", file=sys.stderr)
