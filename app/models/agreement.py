@@ -63,12 +63,17 @@ def load_inputs(clip: Path, indices: list[int], spec: ModelSpec) -> tuple[list[n
     return inputs, boxes
 
 
-def session(model: Path, threads: int = 2) -> ort.InferenceSession:
-    """A CPU session as the benchmarks use it: all graph optimisations, ``threads`` intra-op threads."""
+def session(model: Path, threads: int = 2, config: dict[str, str] | None = None) -> ort.InferenceSession:
+    """A CPU session as the benchmarks use it: all graph optimisations, ``threads`` intra-op threads.
+
+    ``config`` holds extra session config entries (``session.enable_quant_qdq_cleanup`` ...).
+    """
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
+    for key, value in (config or {}).items():
+        options.add_session_config_entry(key, value)
     return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
 
 

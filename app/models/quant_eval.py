@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from app.models.agreement import detect, f1_agreement, held_out_indices, load_inputs
+from app.models.agreement import detect, f1_agreement, held_out_indices, load_inputs, session
 from app.models.calibration import video_frame_count
 from app.models.quantize import QuantOptions, quantize_model
 from app.models.spec import load_model_spec
@@ -63,16 +63,6 @@ VARIANTS: dict[str, Variant] = {
 }
 
 
-def _session(model: Path, threads: int, config: dict[str, str]) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    for key, value in config.items():
-        options.add_session_config_entry(key, value)
-    return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
-
-
 def interleaved_fps(models: dict[str, tuple[Path, dict[str, str]]], frames: list[np.ndarray], batches: list[int],
                     seconds: float, threads: int) -> dict[str, dict[str, dict[int, float]]]:
     """fps per model and batch size: ``median`` and ``p10`` (from the 10th-percentile latency).
@@ -82,7 +72,7 @@ def interleaved_fps(models: dict[str, tuple[Path, dict[str, str]]], frames: list
     the closer estimate of the unloaded speed and the ratios of both agree.
     """
     spec = load_model_spec(next(iter(models.values()))[0])
-    runners = {name: _session(path, threads, config) for name, (path, config) in models.items()}
+    runners = {name: session(path, threads, config) for name, (path, config) in models.items()}
     result: dict[str, dict[str, dict[int, float]]] = {name: {"median": {}, "p10": {}} for name in runners}
     for batch in batches:
         feed = {spec.input_name: np.stack([frames[i % len(frames)] for i in range(batch)])}
