@@ -170,6 +170,7 @@ class RssSampler:
         self.hwm_bytes = 0
         self.cpu_s = 0.0
         self.cpu_series: list[tuple[float, float]] = []  # (monotonic time, tree CPU seconds)
+        self.rss_series: list[tuple[float, int]] = []  # (monotonic time, tree RSS bytes)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench.rss", daemon=True)
 
@@ -195,6 +196,7 @@ class RssSampler:
                 self.peak_bytes = max(self.peak_bytes, total)
                 self.cpu_s = max(self.cpu_s, cpu)
                 self.cpu_series.append((time.monotonic(), self.cpu_s))
+                self.rss_series.append((time.monotonic(), total))
                 self.hwm_bytes = max(self.hwm_bytes, _vm_hwm(self.pid))
             except (psutil.NoSuchProcess, psutil.ZombieProcess):
                 return
@@ -240,6 +242,7 @@ class WorkerRun:
     background_cores: float
     timed_out: bool
     cpu_series: list[tuple[float, float]]
+    rss_series: list[tuple[float, int]]
     messages: list[Received]
     stderr_tail: str
     encoding: str = "json"
@@ -267,6 +270,13 @@ class WorkerRun:
             return None
         times, cpu = zip(*self.cpu_series, strict=True)
         return float(np.interp(t1, times, cpu) - np.interp(t0, times, cpu))
+
+    def steady_peak_rss_mb(self) -> float:
+        """Largest sampled RSS from the first received message on: running, without the start-up transient."""
+        if not self.messages:
+            return self.peak_rss_mb
+        first = self.messages[0].t_recv
+        return max((rss for t, rss in self.rss_series if t >= first), default=0) / 2**20
 
     def check(self) -> None:
         """Raise with the worker's own last words when it did not exit cleanly."""
@@ -313,7 +323,7 @@ def run_worker(args: list[str], endpoint: str, timeout_s: float, encoding: str =
         log.seek(0)
         tail = log.read()[-4000:]
     return WorkerRun(argv, returncode, t_start, t_exit, sampler.peak_mb, sampler.hwm_mb, sampler.cpu_s, other,
-                     timed_out, sampler.cpu_series, messages, tail, encoding)
+                     timed_out, sampler.cpu_series, sampler.rss_series, messages, tail, encoding)
 
 
 def _end(proc: subprocess.Popen) -> int:

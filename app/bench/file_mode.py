@@ -92,6 +92,7 @@ def analyse_file_run(run: WorkerRun) -> dict[str, Any]:
         "dropped": final[-1]["dropped"] if final else None,
         "engine": payloads[0].get("engine"),
         "peak_rss_mb": run.peak_rss_mb,
+        "steady_peak_rss_mb": run.steady_peak_rss_mb(),
         "background_cores": run.background_cores,
         "cpu_ms_per_frame": _steady_cpu_ms(run, times, burst),
         "mean_batch": float(np.mean(sizes)),
@@ -124,6 +125,7 @@ def summarize_file(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "engine": runs[-1]["engine"],
         "mean_batch": round(float(np.mean([r["mean_batch"] for r in runs])), 2),
         "peak_rss_mb": stat([r["peak_rss_mb"] for r in runs], 1),
+        "steady_peak_rss_mb": stat([r["steady_peak_rss_mb"] for r in runs], 1),
         "background_cores": stat([r["background_cores"] for r in runs]),
         "cpu_ms_per_frame": stat([r["cpu_ms_per_frame"] for r in runs], 1),
         "stages_ms": {k: {**percentiles(pooled[k], (50, 95)), "mean": round(float(np.mean(pooled[k])), 1)}

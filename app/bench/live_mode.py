@@ -103,6 +103,7 @@ def analyse_live_run(run: WorkerRun, k: int, settings: LiveSettings) -> dict[str
         "infer_p99_ms": percentiles([p["latency_ms"]["infer"] for p in steady], (99,)).get("p99", 0.0),
         "post_p99_ms": percentiles([p["latency_ms"]["post"] for p in steady], (99,)).get("p99", 0.0),
         "peak_rss_mb": run.peak_rss_mb,
+        "steady_peak_rss_mb": run.steady_peak_rss_mb(),
         "hwm_mb": run.hwm_mb,
         "background_cores": run.background_cores,
         "messages": len(dets),
@@ -127,7 +128,7 @@ def summarize_step(k: int, runs: list[dict[str, Any]], fps: float) -> dict[str, 
         "peak_rss_mb": stat([r["peak_rss_mb"] for r in runs], 1),
         "background_cores": stat([r["background_cores"] for r in runs]),
         "runs": [{key: r[key] for key in ("latency_ms", "drops_total", "drops_from_seq_gaps", "drops_from_status",
-                                          "drops", "messages", "hwm_mb")} for r in runs],
+                                          "drops", "messages", "hwm_mb", "steady_peak_rss_mb")} for r in runs],
     }
 
 

@@ -32,7 +32,13 @@ def run_memory(settings: LiveSettings, low_k: int, high_k: int, repeats: int,
         "peak_rss_mb_low": low,
         "peak_rss_mb_high": high,
         "rss_per_stream_mb": round(per_stream, 1),
+        "steady_rss_per_stream_mb": round((stat([r["steady_peak_rss_mb"] for r in cache[high_k]])["median"]
+                                           - stat([r["steady_peak_rss_mb"] for r in cache[low_k]])["median"])
+                                          / (high_k - low_k), 1),
+        "steady_peak_rss_mb_low": stat([r["steady_peak_rss_mb"] for r in cache[low_k]], 1),
+        "steady_peak_rss_mb_high": stat([r["steady_peak_rss_mb"] for r in cache[high_k]], 1),
         "hwm_mb_low": stat([r["hwm_mb"] for r in cache[low_k]], 1),
         "hwm_mb_high": stat([r["hwm_mb"] for r in cache[high_k]], 1),
-        "note": "peak = largest psutil sample (0.1 s) of the worker's process tree; hwm = kernel VmHWM of the worker",
+        "note": "peak = largest psutil sample (every 0.1 s) of the worker's process tree over the whole run; "
+                "steady = the same from the first message on (no start-up transient); hwm = kernel VmHWM",
     }

@@ -208,9 +208,12 @@ def _memory(console: Console, results: dict[str, Any]) -> None:
     memory = results.get("memory")
     if not memory:
         return
-    console.print(f"peak RSS: K={memory['low_k']}: {spread(memory['peak_rss_mb_low'], ' MB')}, "
+    console.print(f"peak RSS of the worker tree: K={memory['low_k']}: {spread(memory['peak_rss_mb_low'], ' MB')}, "
                   f"K={memory['high_k']}: {spread(memory['peak_rss_mb_high'], ' MB')}; "
-                  f"{memory['rss_per_stream_mb']} MB per extra stream")
+                  f"{memory['rss_per_stream_mb']} MB per extra stream. Once running (start-up transient left out): "
+                  f"K={memory['low_k']}: {spread(memory['steady_peak_rss_mb_low'], ' MB')}, "
+                  f"K={memory['high_k']}: {spread(memory['steady_peak_rss_mb_high'], ' MB')}; "
+                  f"kernel high-water mark K={memory['high_k']}: {spread(memory['hwm_mb_high'], ' MB')}")
 
 
 def _targets(console: Console, results: dict[str, Any]) -> None:
