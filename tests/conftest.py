@@ -123,6 +123,16 @@ def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout_s: f
     return proc.returncode, out, err
 
 
+def wait_until(predicate, timeout_s: float, poll_s: float = 0.05) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout_s`` has passed (bounded, for tests)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(poll_s)
+    return predicate()
+
+
 def count_frames(path: Path) -> int:
     """Decoded frames counted independently of detstream (PyAV, all frames)."""
     import av

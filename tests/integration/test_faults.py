@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from app.subscribe import DetectionMessage, Subscriber
-from tests.conftest import start_detstream, stop_process
+from tests.conftest import start_detstream, stop_process, wait_until
 from tests.integration.rtsp import make_clip
 
 CYCLES = 4
@@ -29,14 +29,6 @@ BASELINE_S = 6.0
 CAMERA_FPS = 3   # with the file, 9 frames/s: below what yolov3-tiny does on 2 CPU cores (~12/s)
 FILE_FPS = 3
 
-
-def wait_until(predicate, timeout_s: float, poll_s: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(poll_s)
-    return predicate()
 
 
 @dataclass

@@ -9,24 +9,15 @@ dead one, detections resuming after the restart, seq gaps equal to
 from __future__ import annotations
 
 import itertools
-import time
 
 import pytest
 
-from tests.conftest import start_detstream, stop_process
+from tests.conftest import start_detstream, stop_process, wait_until
 from tests.integration.rtsp import dead_port
 
 CAMERAS = [f"cam{i}" for i in range(8)]
 SECRET = "Pip3lineS3cret"
 
-
-def wait_until(predicate, timeout_s: float, poll_s: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(poll_s)
-    return predicate()
 
 
 def counts(collector) -> dict[str, int]:

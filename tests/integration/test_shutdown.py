@@ -22,21 +22,13 @@ import pytest
 
 from app.config import parse_config
 from app.pipeline import Pipeline
-from tests.conftest import Collector, free_port, start_detstream, stop_process
+from tests.conftest import Collector, free_port, start_detstream, stop_process, wait_until
 from tests.integration.rtsp import make_clip
 from tests.integration.test_pipeline_inprocess import FixedEngine
 
 EXIT_WITHIN_S = 5.0
 FORCED_WITHIN_S = 1.0
 
-
-def wait_until(predicate, timeout_s: float, poll_s: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(poll_s)
-    return predicate()
 
 
 def signal_and_time(proc: subprocess.Popen, sig: int, timeout_s: float = 20) -> tuple[int, float, str]:
