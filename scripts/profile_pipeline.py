@@ -51,7 +51,7 @@ RULES = [
     ("decode: yuv -> rgb24", r"_deliver$", r"to_ndarray|reformat"),
     ("wait: ring slot (backpressure)", r"acquire$", r"wait"),
     ("wait: realtime pacing", r"^RealtimePacer\.wait$|_pace", None),
-    ("decode: other (slot, meta, commit)", r"_deliver$|_decode$", None),
+    ("decode: other (loop, slot, meta, commit)", r"_deliver$|_decode$", None),
     ("engine: waiting for a batch", r"next_batch$", None),
     ("engine: other", r"^InferenceStage\.", None),
     ("post: decode + NMS", r"decode_batch$|batched_nms$", None),
