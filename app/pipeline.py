@@ -73,13 +73,17 @@ def load_spec(config: DetstreamConfig, models_dir: Path, cache_dir: Path | None)
                            layout_override=model.format, names_file=model.names_file)
 
 
-def ring_geometry(config: DetstreamConfig) -> tuple[int, int]:
-    """(slots, per-stream quota): every stream is guaranteed its quota, so none can starve another."""
+def ring_geometry(config: DetstreamConfig, engine_max_batch: int) -> tuple[int, int]:
+    """(slots, per-stream quota): every stream is guaranteed its quota, so none can starve another.
+
+    By default the ring holds two of the batches the engine really runs (one in flight, one filling),
+    and at least three frames per stream.
+    """
     streams = len(config.sources)
     if config.engine.ring_slots:
         quota = max(1, config.engine.ring_slots // streams)
     else:
-        quota = max(3, math.ceil(2 * config.engine.max_batch / streams))
+        quota = max(3, math.ceil(2 * min(config.engine.max_batch, engine_max_batch) / streams))
     return quota * streams, quota
 
 
@@ -138,7 +142,7 @@ class Pipeline:
         self.metrics.engine.info({"backend": engine.backend, "model": spec.name, "sha256": spec.sha256[:16]})
         logger.info("model %s (%dx%d, %s) on %s", spec.name, spec.input_width, spec.input_height, spec.layout,
                     engine.backend)
-        slots, quota = ring_geometry(cfg)
+        slots, quota = ring_geometry(cfg, max(engine.batch_sizes))
         ring = FrameRing(slots, spec.input_height, spec.input_width, self._allocator(engine))
         decoded = self.metrics.frames_decoded
         batcher = Batcher(ring, cfg.engine.max_batch, cfg.engine.max_wait_ms / 1e3, quota,
