@@ -43,10 +43,18 @@ def load_frames(clip: str, count: int, spec: ModelSpec) -> tuple[list[np.ndarray
 
 
 def prepare(engine: Engine, frames: list[np.ndarray], batch_sizes: list[int]) -> list[int]:
-    """The batch sizes the engine runs, each called once (the first call of a size binds its buffers)."""
-    sizes = [b for b in batch_sizes if b <= max(engine.batch_sizes)]
-    for b in sizes:
-        engine.submit(_batch(frames, 0, b)).wait()
+    """The batch sizes ``submit`` accepts, each called once (the first call of a size binds its buffers).
+
+    The engine may accept larger batches than the pipeline builds (``engine.batch_sizes``; on the CPU
+    provider the pipeline stops at 4): model-only measures every size it accepts.
+    """
+    sizes = []
+    for b in batch_sizes:
+        try:
+            engine.submit(_batch(frames, 0, b)).wait()
+        except ValueError:  # more frames than this engine takes in one call
+            continue
+        sizes.append(b)
     return sizes
 
 
@@ -61,7 +69,7 @@ def measure_round(engine: Engine, frames: list[np.ndarray], sizes: list[int], se
 
 
 def summarize(rounds: list[dict[str, Any]], engine_name: str, frames_in_memory: int,
-              seconds: float) -> dict[str, Any]:
+              seconds: float, pipeline_batch_sizes: tuple[int, ...] | None = None) -> dict[str, Any]:
     """Median and spread per batch size over the rounds; ``best_fps`` is the best batch size's."""
     sizes = list(rounds[0]["fps"])
     batches = {}
@@ -72,6 +80,7 @@ def summarize(rounds: list[dict[str, Any]], engine_name: str, frames_in_memory: 
                            "cpu_ms_per_frame": stat([r["cpu_ms_per_frame"][b] for r in rounds], 1)}
     best = max(sizes, key=lambda b: batches[str(b)]["fps"]["median"])
     return {"engine": engine_name, "frames_in_memory": frames_in_memory, "seconds_per_run": seconds,
+            "pipeline_batch_sizes": list(pipeline_batch_sizes or []),
             "batches": batches, "best_batch": best, "best_fps": batches[str(best)]["fps"],
             "best_fps_per_round": [round(max(r["fps"].values()), 2) for r in rounds],
             "background_cores": stat([r["background_cores"] for r in rounds])}
@@ -82,7 +91,7 @@ def run_model_only(engine: Engine, frames: list[np.ndarray], batch_sizes: list[i
     """fps and ms per batch for each batch size, median of ``repeats`` interleaved rounds."""
     sizes = prepare(engine, frames, batch_sizes)
     rounds = [measure_round(engine, frames, sizes, seconds) for _ in range(repeats)]
-    return summarize(rounds, engine.backend, len(frames), seconds)
+    return summarize(rounds, engine.backend, len(frames), seconds, engine.batch_sizes)
 
 
 def _batch(frames: list[np.ndarray], start: int, size: int) -> list[np.ndarray]:
@@ -117,9 +126,14 @@ def postprocess_timing(engine: Engine, frames: list[np.ndarray], boxes: list[Let
     Also :func:`app.postprocess.bench.bench_postprocess` on synthetic outputs
     of the model's own shape with many candidates (a crowded scene).
     """
-    size = min(8, max(engine.batch_sizes), len(frames))
-    t0 = time.perf_counter()
-    outputs = [np.array(o) for o in engine.submit(frames[:size]).wait()]  # the engine reuses its buffers
+    size = min(8, len(frames))
+    try:
+        t0 = time.perf_counter()
+        outputs = [np.array(o) for o in engine.submit(frames[:size]).wait()]  # the engine reuses its buffers
+    except ValueError:  # an engine that takes fewer frames per call
+        size = min(max(engine.batch_sizes), len(frames))
+        t0 = time.perf_counter()
+        outputs = [np.array(o) for o in engine.submit(frames[:size]).wait()]
     infer_ms = (time.perf_counter() - t0) * 1e3
     timings, found = [], 0
     for _ in range(repeats):

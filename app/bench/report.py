@@ -133,10 +133,12 @@ def _throughput(console: Console, results: dict[str, Any]) -> None:
         table.add_column(column)
     model_only = results.get("model_only")
     if model_only:
+        built = model_only.get("pipeline_batch_sizes") or []
         for b, entry in model_only["batches"].items():
+            note = "" if not built or int(b) in built else "; the pipeline does not build this size"
             table.add_row(f"model-only, batch {b}", model_only["clip"], spread(entry["fps"]),
                           spread(entry["ms_per_batch"]),
-                          f"{entry['ms_per_frame']} ms/frame; CPU {entry['cpu_ms_per_frame']['median']} ms/frame")
+                          f"{entry['ms_per_frame']} ms/frame; CPU {entry['cpu_ms_per_frame']['median']} ms/frame{note}")
     for label, entry in results.get("naive", {}).items():
         table.add_row("naive loop", label, spread(entry["fps"]), "", f"{entry['frames']} frames")
     for label, entry in results.get("file", {}).items():

@@ -190,7 +190,8 @@ class _Throughput:
         self.model_rounds.append(measure_round(self.engine, self.frames, self.sizes, self.plan.model_seconds))
 
     def _finish_model(self) -> None:
-        out = summarize(self.model_rounds, self.engine.backend, len(self.frames), self.plan.model_seconds)
+        out = summarize(self.model_rounds, self.engine.backend, len(self.frames), self.plan.model_seconds,
+                        self.engine.batch_sizes)
         model = self.ctx.config.model
         out["postprocess"] = postprocess_timing(self.engine, self.frames, self.boxes, self.ctx.spec,
                                                 model.conf_threshold, model.iou_threshold, model.max_detections)
