@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="config override for every run, e.g. engine.max_wait_ms=5 or source.max_staleness_ms=300")
     p.add_argument("--settle", type=float, default=20.0, metavar="S",
                    help="before each run, wait up to S seconds for other processes to leave the CPU (0: never)")
+    p.add_argument("--markdown", type=Path, metavar="JSON",
+                   help="print the Markdown tables of an earlier result (for BENCHMARKS.md) and exit")
     p.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "detstream" / "bench",
                    help="shortened clips and camera copies")
     return p
@@ -109,6 +111,13 @@ def bench_command(args: list[str]) -> int:
     if args and args[0] == "--":
         args = args[1:]
     opts = build_parser().parse_args(args)
+    if opts.markdown:
+        import json
+
+        from app.bench.report import markdown
+
+        print(markdown(json.loads(opts.markdown.read_text())), end="")
+        return 0
     try:
         plan = make_plan(opts)
     except ValueError as error:

@@ -229,3 +229,102 @@ def _targets(console: Console, results: dict[str, Any]) -> None:
                                            else str(value))
         table.add_row(row["name"], shown, row["target"], verdict)
     console.print(table)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The result tree as the Markdown tables of BENCHMARKS.md ("Latest results")."""
+    m = results["machine"]
+    lines = [f"Machine: {m['cpu']} ({', '.join(m['cpu_flags'])}), {m['physical_cores']} physical cores / "
+             f"{m['logical_cpus']} logical, {m['memory_gb']} GiB; {m['os']}; Python {m['python']}; "
+             f"onnxruntime {m['onnxruntime']} ({', '.join(m['providers'])}); commit {m['commit']}. "
+             f"Other processes during the runs: {background_summary(results)}.", ""]
+    lines += ["| benchmark | clip | fps, median (min–max) | ms / batch | notes |", "| --- | --- | --- | --- | --- |"]
+    model_only = results.get("model_only")
+    if model_only:
+        built = model_only.get("pipeline_batch_sizes") or []
+        for b, entry in model_only["batches"].items():
+            note = "" if not built or int(b) in built else " (the pipeline does not build this size)"
+            cpu = entry["cpu_ms_per_frame"]["median"]
+            lines.append(f"| model-only, batch {b} | {model_only['clip']} | {spread(entry['fps'])} | "
+                         f"{spread(entry['ms_per_batch'])} | CPU {cpu} ms/frame{note} |")
+    for label, entry in results.get("naive", {}).items():
+        lines.append(f"| naive loop | {label} | {spread(entry['fps'])} | | {entry['frames']} frames |")
+    for label, entry in results.get("file", {}).items():
+        lines.append(f"| detstream file mode | {label} | {spread(entry['fps'])} | | "
+                     f"wall {spread(entry['wall_s'], ' s')} incl. start-up; mean batch {entry['mean_batch']}; "
+                     f"CPU {entry['cpu_ms_per_frame']['median']} ms/frame; lossless {entry['lossless']} |")
+    int8 = results.get("int8", {})
+    for b, entry in int8.get("model_only", {}).get("batches", {}).items():
+        lines.append(f"| INT8 model-only, batch {b} | {int8.get('clip', '')} | {spread(entry['fps'])} | "
+                     f"{spread(entry['ms_per_batch'])} | |")
+    for label, entry in int8.get("file", {}).items():
+        lines.append(f"| INT8 file mode | {label} | {spread(entry['fps'])} | | "
+                     f"{entry.get('speedup_vs_fp32', '-')}× fp32 file mode |")
+    for label, ratio in results.get("ratios", {}).items():
+        for key in ("e2e_over_model_only", "e2e_over_naive"):
+            if key in ratio:
+                lines.append(f"| ratio {key.replace('_over_', ' / ').replace('_', '-')} | {label} | "
+                             f"{spread(ratio[key])} | | paired per repeat; ratio of medians "
+                             f"{ratio[key + '_of_medians']} |")
+    lines += _markdown_stages(results) + _markdown_live(results) + _markdown_memory(results)
+    lines += ["", "| target | value | wanted | result |", "| --- | --- | --- | --- |"]
+    for row in results.get("targets", []):
+        verdict = {True: "pass", False: "**FAIL**", None: "not measured"}[row["pass"]]
+        lines.append(f"| {row['name']} | {row['value'] if row['value'] is not None else '-'} | {row['target']} | "
+                     f"{verdict} |")
+    return "\n".join(lines) + "\n"
+
+
+def _markdown_stages(results: dict[str, Any]) -> list[str]:
+    stages = ("decode", "queue", "infer", "post", "total")
+    lines = ["", "Per-stage latency of file mode, from the messages' `latency_ms` (ms, p50 / p95):", "",
+             "| clip | " + " | ".join(stages) + " |", "| --- |" + " --- |" * len(stages)]
+    for label, entry in results.get("file", {}).items():
+        cells = [f"{entry['stages_ms'][s].get('p50', '-')} / {entry['stages_ms'][s].get('p95', '-')}" for s in stages]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    post = results.get("model_only", {}).get("postprocess")
+    if post:
+        lines += ["", f"Postprocess (decode + NMS + rescale) of a batch of {post['batch']} real frames: "
+                      f"{post['real_ms']['median']} ms ({post['real_detections_per_frame']} detections/frame), "
+                      f"against {post['infer_ms_same_batch']} ms of inference for that batch; a synthetic crowded "
+                      f"batch ({post.get('synthetic_candidates_per_frame')} candidates/frame): "
+                      f"{post.get('synthetic_crowded_ms')} ms."]
+    return lines
+
+
+def _markdown_live(results: dict[str, Any]) -> list[str]:
+    live = results.get("live")
+    if not live:
+        return []
+    lines = ["", f"Live mode: K cameras × {live['fps_per_camera']:g} fps ({live['phase']} phases), "
+                 f"{live['duration_s']:g} s per run, latency = `published_at − captured_at`:", "",
+             "| K | demand fps | published fps | p50 ms | p95 ms | p99 ms | drops | per camera | peak RSS MB |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    steps = list(live["steps"]) + ([live["overload"]] if live.get("overload") else [])
+    for step in steps:
+        k = f"{step['k']}" + (" (overload)" if step is live.get("overload") else "")
+        lines.append(f"| {k} | {step['demand_fps']:g} | {spread(step['published_fps'])} | {spread(step['p50_ms'])} | "
+                     f"{spread(step['p95_ms'])} | {spread(step['p99_ms'])} | {spread(step['drops_total'])} | "
+                     f"{step['drops_per_camera_min']}–{step['drops_per_camera_max']} | {spread(step['peak_rss_mb'])} |")
+    lines += ["", f"Largest K with no drops: **{live['max_k_no_drops']}**."]
+    overload = live.get("overload")
+    if overload:
+        terms = overload["p99_bound_terms_ms"]
+        lines.append(f"Overload (K={overload['k']}, capacity {overload['capacity_fps']} fps from "
+                     f"{overload.get('capacity_basis', '?')}): p99 {overload['p99_ms']['median']} ms against a "
+                     f"bound of {overload['p99_bound_ms']} ms ({terms}); "
+                     f"drops per camera {overload['drops_per_camera']}.")
+    return lines
+
+
+def _markdown_memory(results: dict[str, Any]) -> list[str]:
+    memory = results.get("memory")
+    if not memory:
+        return []
+    return ["", f"Memory (worker process tree): peak RSS "
+                f"K={memory['low_k']} {spread(memory['peak_rss_mb_low'], ' MB')}, "
+                f"K={memory['high_k']} {spread(memory['peak_rss_mb_high'], ' MB')}, "
+                f"{memory['rss_per_stream_mb']} MB per extra stream; once running (start-up left out) "
+                f"K={memory['low_k']} {spread(memory['steady_peak_rss_mb_low'], ' MB')}, "
+                f"K={memory['high_k']} {spread(memory['steady_peak_rss_mb_high'], ' MB')} "
+                f"({memory['steady_rss_per_stream_mb']} MB per extra stream)."]

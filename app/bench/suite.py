@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from app.bench import clips as clip_tools
 from app.bench.common import stat, wait_for_quiet
 from app.bench.file_mode import run_file_once, summarize_file
@@ -237,13 +239,21 @@ def naive_providers(engine_backend: str) -> list[str]:
 
 def paired_ratios(model_rounds: list[dict[str, Any]], naive_runs: dict[str, list[dict[str, Any]]],
                   file_runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, list[float]]]:
-    """Per clip and per repeat: file fps over the same repeat's model-only best and naive fps."""
+    """Per clip and per repeat: file fps over the same repeat's model-only and naive fps.
+
+    Model-only is the batch size that is best by median over all repeats (not each repeat's own
+    best, which would favour whichever size happened to get a lucky run).
+    """
+    best = None
+    if model_rounds:
+        sizes = list(model_rounds[0]["fps"])
+        best = max(sizes, key=lambda b: float(np.median([r["fps"][b] for r in model_rounds])))
     out: dict[str, dict[str, list[float]]] = {}
     for label, runs in file_runs.items():
         entry: dict[str, list[float]] = {}
-        pairs = list(zip(runs, model_rounds, strict=False))
-        if pairs:
-            entry["e2e_over_model_only"] = [round(f["fps"] / max(m["fps"].values()), 3) for f, m in pairs]
+        if best is not None:
+            entry["e2e_over_model_only"] = [round(f["fps"] / m["fps"][best], 3)
+                                            for f, m in zip(runs, model_rounds, strict=False)]
         naive = naive_runs.get(label, [])
         if naive:
             entry["e2e_over_naive"] = [round(f["fps"] / n["fps"], 3) for f, n in zip(runs, naive, strict=False)]
