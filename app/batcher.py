@@ -162,8 +162,8 @@ class Batcher:
                 self._take_round_robin(taken, limit)
                 ended.extend(self._newly_ended())
                 now = time.monotonic()
-                if taken and deadline is None:
-                    deadline = now + self.max_wait_s
+                if taken and deadline is None:  # the window runs from the oldest frame's arrival
+                    deadline = min(slot.meta.t_ready for slot in taken) + self.max_wait_s
                 if len(taken) >= limit or (taken and (now >= deadline or self._all_closed())):
                     break
                 if not taken and (ended or self._all_done() or stop.is_set()):

@@ -90,9 +90,13 @@ class OrtEngine(Engine):
         self._output_names = [o.name for o in self._session.get_outputs()]
         trailing = resolve_output_shapes(Path(spec.path), spec, self._output_names)
         self._outputs: list[np.ndarray] | None = None
+        self._output_sets: list[list[np.ndarray]] = []
+        self._set = 0
         if all(shape is not None for shape in trailing):
             types = [np.dtype(_ORT_TYPES.get(o.type, np.float32)) for o in self._session.get_outputs()]
-            self._outputs = [np.zeros((rows, *shape), t) for shape, t in zip(trailing, types, strict=True)]
+            self._output_sets = [[np.zeros((rows, *shape), t) for shape, t in zip(trailing, types, strict=True)]
+                                 for _ in range(OUTPUT_SETS)]
+            self._outputs = self._output_sets[0]
         self._bindings: dict[int, Any] = {}
         self._closed = False
 
@@ -103,6 +107,9 @@ class OrtEngine(Engine):
             raise ValueError(f"OrtEngine.submit: {n} frames (allowed 1..{self._max_batch})")
         for i, frame in enumerate(frames):
             np.copyto(self._input[i], frame, casting="same_kind")
+        if self._output_sets:  # a new set: earlier handles may still be read by the postprocess thread
+            self._set = (self._set + 1) % OUTPUT_SETS
+            self._outputs = self._output_sets[self._set]
         try:
             outputs = self._run(key=n, offset=0, rows=n) if self.static_batch is None else self._run_chunks(n)
         except EngineError:
@@ -123,9 +130,9 @@ class OrtEngine(Engine):
 
     def _run(self, key: int, offset: int, rows: int) -> list[np.ndarray]:
         """Run rows ``offset:offset+rows`` of the input through a binding made once for ``key``."""
-        binding = self._bindings.get(key)
+        binding = self._bindings.get((self._set, key))
         if binding is None:
-            binding = self._bindings[key] = self._bind(offset, rows)
+            binding = self._bindings[(self._set, key)] = self._bind(offset, rows)
         self._session.run_with_iobinding(binding)
         if self._outputs is not None:
             return [out[:rows] for out in self._outputs]
@@ -150,6 +157,11 @@ class OrtEngine(Engine):
         self._bindings.clear()
         self._session = None
 
+
+OUTPUT_SETS = 4
+"""Preallocated output buffers rotate over this many sets, so a handle's arrays stay valid while
+three more batches are submitted: the pipeline has at most two waiting for the postprocess thread,
+one being postprocessed and one being computed (the results queue holds 2 for this engine)."""
 
 CPU_MAX_BATCH = 4
 """Largest batch the pipeline gives the CPU provider. Measured on a 2-core AVX-512 machine with

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 _STD_POSITION = 1.0 / 20
 _STD_VELOCITY = 1.0 / 160
@@ -113,6 +112,8 @@ def _match(cost: np.ndarray, threshold: float) -> tuple[list[tuple[int, int]], l
     if cost.size == 0:
         return [], list(range(cost.shape[0])), list(range(cost.shape[1]))
     bounded = np.where(cost > threshold, threshold + 1e4, cost)
+    from scipy.optimize import linear_sum_assignment  # here: scipy costs ~40 MB, and tracking is optional
+
     rows, cols = linear_sum_assignment(bounded)
     matches = [(int(r), int(c)) for r, c in zip(rows, cols, strict=True) if cost[r, c] <= threshold]
     matched_rows = {r for r, _ in matches}

@@ -11,7 +11,7 @@ import pytest
 from engine_models import make_model, random_frames, reference
 
 from app.config import EngineConfig
-from app.engines.onnxruntime import OrtEngine, dynamic_batch_sizes, physical_cores
+from app.engines.onnxruntime import OUTPUT_SETS, OrtEngine, dynamic_batch_sizes, physical_cores
 from app.errors import EngineLoadError
 
 
@@ -80,7 +80,7 @@ def test_steady_state_submits_neither_allocate_outputs_nor_grow_memory(tmp_path:
     spec = make_model(tmp_path / "tiny32.onnx", batch, height=32, width=32)
     engine = OrtEngine(spec, EngineConfig(backend="onnxruntime", max_batch=4, intra_op_threads=1))
     batches = [list(random_frames(n, seed=n, height=32, width=32)) for n in (1, 3, 4)]
-    for frames in batches:  # first use of each size creates its binding
+    for frames in batches * OUTPUT_SETS:  # first use of each (output set, size) creates its binding
         engine.submit(frames).wait()
     gc.collect()
     tracemalloc.start()
@@ -125,3 +125,17 @@ def test_physical_cores_is_at_least_one_and_at_most_the_logical_count() -> None:
     import os
 
     assert 1 <= physical_cores() <= (os.cpu_count() or 1)
+
+
+def test_a_handle_keeps_its_outputs_while_later_batches_run(tmp_path: Path) -> None:
+    """The postprocess thread may read batch k while the engine thread already computes k+1 and k+2."""
+    spec = make_model(tmp_path / "rotate.onnx", None)
+    engine = OrtEngine(spec, EngineConfig(backend="onnxruntime", max_batch=4, intra_op_threads=1))
+    batches = [list(random_frames(2, seed=seed)) for seed in range(OUTPUT_SETS)]
+    handles = [engine.submit(frames) for frames in batches]
+    expected = [[out.copy() for out in OrtEngine(spec, EngineConfig(backend="onnxruntime", max_batch=4,
+                                                                     intra_op_threads=1)).submit(f).wait()]
+                for f in batches]
+    for handle, want in zip(handles, expected, strict=True):
+        for got, ref in zip(handle.wait(), want, strict=True):
+            np.testing.assert_array_equal(got, ref)
