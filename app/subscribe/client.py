@@ -11,8 +11,9 @@
         print(sub.stats, sub.gaps)
 
 The socket belongs to the thread that iterates. ZeroMQ reconnects by itself
-when the publisher restarts (``reconnect_ivl`` 100 ms, backing off to 1 s),
-and ZMTP heartbeats notice a silently vanished peer. libzmq re-sends the
+when the publisher restarts (every 100 ms, ``reconnect_ivl``, without backoff,
+so a client started before the worker joins within its start-up wait), and ZMTP
+heartbeats notice a silently vanished peer. libzmq re-sends the
 subscriptions after a reconnect only while the socket is in use, which
 iterating does (it polls every 200 ms); a client that stops iterating for a
 while may miss the first messages of a restarted publisher. A restarted
@@ -111,7 +112,7 @@ class Subscriber:
         socket.linger = 0
         socket.rcvhwm = rcvhwm
         socket.reconnect_ivl = 100
-        socket.reconnect_ivl_max = 1000  # a client started before the worker must not miss its first frames
+        socket.reconnect_ivl_max = 0  # no backoff (ZeroMQ default): a client started first must not miss frames
         socket.heartbeat_ivl = 2000
         socket.heartbeat_timeout = 6000
         socket.ipv6 = needs_ipv6(self.endpoint)
