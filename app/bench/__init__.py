@@ -106,7 +106,7 @@ def _interrupt(signum: int, _frame: object) -> None:
 def bench_command(args: list[str]) -> int:
     """Parse ``args`` (what follows ``detstream bench``), run, print, write JSON; 0 when every section ran."""
     from app.bench.report import print_report, targets, write_json
-    from app.bench.suite import run_suite
+    from app.bench.suite import new_results, ratios, run_suite
 
     if args and args[0] == "--":
         args = args[1:]
@@ -122,9 +122,14 @@ def bench_command(args: list[str]) -> int:
         plan = make_plan(opts)
     except ValueError as error:
         build_parser().error(str(error))
+    results = new_results(plan)
     previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM unwinds like Ctrl-C: workers are ended
     try:
-        results = run_suite(plan)
+        run_suite(plan, results)
+    except KeyboardInterrupt as stop:
+        logger.warning("bench interrupted (%s): writing what was measured", stop)
+        results["interrupted"] = str(stop) or "interrupted"
+        results["ratios"] = ratios(results)
     finally:
         signal.signal(signal.SIGTERM, previous)
     results["targets"] = targets(results)
@@ -132,6 +137,8 @@ def bench_command(args: list[str]) -> int:
     print_report(results)
     write_json(results, path)
     print(f"results: {path}")
+    if "interrupted" in results:
+        return 130
     return 1 if results["errors"] else 0
 
 

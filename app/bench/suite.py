@@ -74,11 +74,14 @@ class Context:
     live_runs: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
 
 
-def run_suite(plan: Plan) -> dict[str, Any]:
-    started = time.time()
-    results: dict[str, Any] = {"schema": "detstream.bench/1", "started_at": round(started, 3),
-                               "quick": plan.quick,
-                               "machine": machine_info(), "errors": {}}
+def new_results(plan: Plan) -> dict[str, Any]:
+    return {"schema": "detstream.bench/1", "started_at": round(time.time(), 3), "quick": plan.quick,
+            "machine": machine_info(), "errors": {}}
+
+
+def run_suite(plan: Plan, results: dict[str, Any]) -> dict[str, Any]:
+    """Fill ``results`` section by section (so that an interrupted run still has what it measured)."""
+    started = results["started_at"]
     ctx = Context(plan)
     _section(results, "setup", lambda: _setup(ctx, results))
     if "setup" in results["errors"]:
