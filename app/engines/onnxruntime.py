@@ -97,7 +97,7 @@ class OrtEngine(Engine):
             self._output_sets = [[np.zeros((rows, *shape), t) for shape, t in zip(trailing, types, strict=True)]
                                  for _ in range(OUTPUT_SETS)]
             self._outputs = self._output_sets[0]
-        self._bindings: dict[int, Any] = {}
+        self._bindings: list[dict[int, Any]] = [{} for _ in range(OUTPUT_SETS)]  # one per output set
         self._closed = False
 
     def submit(self, frames: Sequence[np.ndarray]) -> InferenceHandle:
@@ -130,9 +130,10 @@ class OrtEngine(Engine):
 
     def _run(self, key: int, offset: int, rows: int) -> list[np.ndarray]:
         """Run rows ``offset:offset+rows`` of the input through a binding made once for ``key``."""
-        binding = self._bindings.get((self._set, key))
+        bindings = self._bindings[self._set]
+        binding = bindings.get(key)
         if binding is None:
-            binding = self._bindings[(self._set, key)] = self._bind(offset, rows)
+            binding = bindings[key] = self._bind(offset, rows)
         self._session.run_with_iobinding(binding)
         if self._outputs is not None:
             return [out[:rows] for out in self._outputs]
@@ -154,7 +155,8 @@ class OrtEngine(Engine):
         if self._closed:
             return
         self._closed = True
-        self._bindings.clear()
+        for bindings in self._bindings:
+            bindings.clear()
         self._session = None
 
 
