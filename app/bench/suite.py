@@ -299,20 +299,39 @@ def batch_ms(results: dict[str, Any], max_batch: int) -> float:
     return batches[str(max(sizes))]["ms_per_batch"]["median"]
 
 
-def _live(ctx: Context, results: dict[str, Any]) -> dict[str, Any]:
+def _live(ctx: Context, results: dict[str, Any]) -> None:
+    """The K search, stored as soon as it is done; then the overload run (its failure keeps the search)."""
     plan = ctx.plan
     settings = live_settings(ctx)
     out = live_search(settings, plan.cameras, plan.target_k, plan.repeats, ctx.live_runs)
     out["phase"] = plan.live_phase
     out["clip"] = plan.live_clip
+    results["live"] = out
     if plan.overload:
+        _section(results, "live_overload", lambda: _overload(ctx, results, settings))
+
+
+def _overload(ctx: Context, results: dict[str, Any], settings: LiveSettings) -> None:
+    plan = ctx.plan
+    if plan.overload_k:
+        k = plan.overload_k
+        capacity, basis = capacity_fps(results) if _has_capacity(results) else (0.0, "not measured (--overload-k)")
+    else:
         capacity, basis = capacity_fps(results)
-        k = plan.overload_k or overload_k(capacity, settings.fps)
-        one_batch = batch_ms(results, ctx.config.engine.max_batch)
-        out["overload"] = live_overload(settings, k, capacity, one_batch, ctx.config.engine.max_wait_ms, plan.repeats,
-                                        ctx.live_runs)
-        out["overload"]["capacity_basis"] = basis
-    return out
+        k = overload_k(capacity, settings.fps)
+    one_batch = batch_ms(results, ctx.config.engine.max_batch)
+    overload = live_overload(settings, k, capacity, one_batch, ctx.config.engine.max_wait_ms, plan.repeats,
+                             ctx.live_runs)
+    overload["capacity_basis"] = basis
+    results["live"]["overload"] = overload
+
+
+def _has_capacity(results: dict[str, Any]) -> bool:
+    try:
+        capacity_fps(results)
+    except RuntimeError:
+        return False
+    return True
 
 
 def _memory(ctx: Context, results: dict[str, Any]) -> dict[str, Any]:
