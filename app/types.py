@@ -45,6 +45,10 @@ class ModelSpec:
     ``input_height``/``input_width`` are the network input in pixels; input is
     RGB float32 NCHW, ``pixel * scale`` (1/255 for YOLO). ``static_batch`` is
     the fixed batch dimension of the model, or None when it is dynamic.
+    ``dynamic_hw`` is true when the input's height and width are symbolic in
+    the ONNX file, so the model runs at any multiple of ``stride`` up to
+    ``input_height`` × ``input_width`` (rectangular letterbox); the input size
+    is then the nominal (largest) one.
     """
 
     name: str
@@ -57,6 +61,8 @@ class ModelSpec:
     static_batch: int | None = None
     scale: float = 1.0 / 255.0
     sha256: str = ""
+    dynamic_hw: bool = False
+    stride: int = 32
 
 
 @dataclass(slots=True)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from app.preprocess import PAD_VALUE, letterbox_geometry, letterbox_into
+from app.preprocess import PAD_VALUE, fit_input_size, letterbox_geometry, letterbox_into
 
 
 @pytest.mark.parametrize(("src", "dst", "scale", "pad"), [
@@ -37,3 +37,33 @@ def test_boxes_map_back_to_frame_pixels_and_are_clipped():
     outside = np.array([[-10.0, 0.0, 500.0, 416.0]])
     mapped = box.to_frame(outside)
     assert mapped[0, 0] == 0 and mapped[0, 2] == 768 and mapped[0, 1] == 0 and mapped[0, 3] == 576
+
+
+@pytest.mark.parametrize(("src", "rect", "expected"), [
+    ((768, 576), True, (320, 416)),    # vtest: 416x312 content, padded to the next multiple of 32
+    ((640, 272), True, (192, 416)),    # bikes: 416x177
+    ((1920, 1080), True, (256, 416)),  # 16:9 camera: 416x234
+    ((576, 768), True, (416, 320)),    # portrait
+    ((416, 416), True, (416, 416)),
+    ((4000, 10), True, (32, 416)),     # never below one stride
+    ((768, 576), False, (416, 416)),   # square letterbox when rect is off
+])
+def test_rect_input_is_the_smallest_stride_multiple_that_holds_the_frame(src, rect, expected):
+    assert fit_input_size(*src, 416, 416, 32, rect) == expected
+
+
+def test_letterbox_into_a_rect_input_centres_the_frame_with_a_few_rows_of_padding():
+    rgb = np.full((576, 768, 3), 200, np.uint8)
+    out = np.full((3, 320, 416), -1.0, np.float32)
+    box = letterbox_into(rgb, out)
+    assert (box.pad_x, box.pad_y) == (0, 4)
+    assert np.allclose(out[:, :4, :], PAD_VALUE / 255) and np.allclose(out[:, 316:, :], PAD_VALUE / 255)
+    assert np.allclose(out[:, 4:316, :], 200 / 255)
+
+
+def test_channels_keep_their_order_rgb_in_rgb_out():
+    rgb = np.zeros((100, 200, 3), np.uint8)
+    rgb[..., 0], rgb[..., 1], rgb[..., 2] = 10, 20, 30
+    out = np.zeros((3, 96, 192), np.float32)
+    letterbox_into(rgb, out)
+    assert [round(float(out[c, 48, 96]) * 255) for c in range(3)] == [10, 20, 30]
