@@ -15,6 +15,11 @@ Fairness: each stream may hold at most ``quota`` slots (waiting, filling or in
 flight), so a bursting camera cannot take the ring from the others; batches
 take one frame per stream per pass, round-robin, starting after the stream
 that went first last time.
+
+Shapes: with rectangular letterboxing, frames of cameras with different
+aspect ratios have different input sizes. A batch holds one size only (the
+size of its first frame); a frame of another size waits for a later batch,
+which the rotation starts with another stream.
 """
 
 from __future__ import annotations
@@ -183,21 +188,26 @@ class Batcher:
                 if len(taken) >= limit:
                     break
                 stream = self._streams[self._order[(self._next + step) % count]]
-                slot = self._pop_fresh(stream, now)
+                slot = self._pop_fresh(stream, now, taken[0].array.shape if taken else None)
                 if slot is not None:
                     self.ring.transition(slot, SlotState.IN_FLIGHT)
                     taken.append(slot)
                     progressed = True
             self._next = (self._next + 1) % max(1, count)
 
-    def _pop_fresh(self, stream: _Stream, now: float) -> Slot | None:
+    def _pop_fresh(self, stream: _Stream, now: float, shape: tuple[int, ...] | None) -> Slot | None:
+        """The stream's oldest frame that is fresh enough and of ``shape`` (any when None); stale ones are dropped."""
         while stream.ready:
-            slot = stream.ready.popleft()
-            if not stream.live or now - slot.meta.t_captured <= stream.max_staleness_s:
-                return slot
-            stream.dropped += 1
-            stream.held -= 1
-            self.ring.transition(slot, SlotState.FREE)
+            slot = stream.ready[0]
+            if stream.live and now - slot.meta.t_captured > stream.max_staleness_s:
+                stream.ready.popleft()
+                stream.dropped += 1
+                stream.held -= 1
+                self.ring.transition(slot, SlotState.FREE)
+                continue
+            if shape is not None and slot.array.shape != shape:
+                return None  # another input size: it goes in a later batch
+            return stream.ready.popleft()
         return None
 
     def _newly_ended(self) -> list[str]:

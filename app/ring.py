@@ -3,7 +3,10 @@
 Each slot moves FREE → FILLING (a decoder letterboxes into it) → READY (queued
 for a batch) → IN_FLIGHT (the engine reads it) → FREE (postprocess is done).
 Exactly one thread owns a slot in each state, so the pixels are never copied
-between stages and steady state allocates nothing. The memory comes from an
+between stages and steady state allocates nothing. Free slots are handed out
+last-in first-out: slots the pipeline never needs at once are never written,
+so their pages never become resident (8 cameras at 5 fps keep a handful of
+their 24 slots busy). The memory comes from an
 allocator: page-locked (``cudaHostAlloc``) when CUDA is usable, so that H2D
 copies are DMA; 64-byte-aligned numpy otherwise.
 """
@@ -41,13 +44,32 @@ _NEXT_STATE = {
 
 @dataclass(eq=False)
 class Slot:
-    """One preallocated ``(3, H, W) float32`` buffer and the frame it currently holds."""
+    """One preallocated ``(3, H, W) float32`` buffer and the frame it currently holds.
+
+    ``buffer`` is the whole preallocated slot (the model's largest input);
+    ``array`` is the frame's input as the engine sees it: ``buffer`` itself, or
+    a smaller contiguous ``(3, h, w)`` view of its first bytes when the frame
+    was letterboxed to a rectangular input (:meth:`shape_to`).
+    """
 
     index: int
-    array: np.ndarray
+    buffer: np.ndarray
     state: SlotState = SlotState.FREE
     owner: str = ""
     meta: FrameMeta | None = field(default=None, repr=False)
+    array: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.array = self.buffer
+
+    def shape_to(self, height: int, width: int) -> np.ndarray:
+        """Make ``array`` a contiguous ``(3, height, width)`` view of the buffer (runs on the filling thread)."""
+        if self.array.shape[1:] != (height, width):
+            channels, max_h, max_w = self.buffer.shape
+            if height > max_h or width > max_w:
+                raise ValueError(f"slot {self.index}: {height}x{width} does not fit the ring's {max_h}x{max_w} slots")
+            self.array = self.buffer.reshape(-1)[: channels * height * width].reshape(channels, height, width)
+        return self.array
 
 
 def aligned_empty(shape: tuple[int, ...], alignment: int = 64) -> np.ndarray:
@@ -100,7 +122,7 @@ class FrameRing:
     def _take_free(self, owner: str) -> Slot | None:
         if not self._free:
             return None
-        slot = self.slots[self._free.popleft()]
+        slot = self.slots[self._free.pop()]  # LIFO: the most recently freed slot, whose pages are resident
         slot.state, slot.owner, slot.meta = SlotState.FILLING, owner, None
         return slot
 

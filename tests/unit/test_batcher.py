@@ -3,6 +3,7 @@
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from app.batcher import Batcher
@@ -130,3 +131,34 @@ def test_acquire_returns_none_when_stopping(stop_while_waiting):
     stop = threading.Event()
     threading.Timer(0.1, stop.set).start()
     assert batcher.acquire("a", stop) is None
+
+
+def put_shaped(batcher: Batcher, stream: str, seq: int, hw: tuple[int, int]) -> None:
+    slot = batcher.acquire(stream, threading.Event())
+    assert slot is not None
+    slot.shape_to(*hw)
+    batcher.commit(slot, meta(stream, seq))
+
+
+def test_a_batch_holds_one_input_size_and_the_other_size_goes_next():
+    batcher = make({"wide": False, "tall": False}, quota=4, max_batch=8, max_wait_s=0.0)
+    for seq in range(2):
+        put_shaped(batcher, "wide", seq, (4, 8))
+        put_shaped(batcher, "tall", seq, (8, 4))
+    first = batcher.next_batch(threading.Event())
+    second = batcher.next_batch(threading.Event())
+    for batch in (first, second):
+        assert len({s.array.shape for s in batch.slots}) == 1
+    taken = sorted((s.meta.stream_id, s.meta.seq) for s in first.slots + second.slots)
+    assert taken == [("tall", 0), ("tall", 1), ("wide", 0), ("wide", 1)]
+
+
+def test_a_slot_view_is_contiguous_and_shares_the_preallocated_buffer():
+    ring = FrameRing(1, 8, 8)
+    slot = ring.slots[0]
+    view = slot.shape_to(4, 8)
+    assert view.shape == (3, 4, 8) and view.flags.c_contiguous
+    view[:] = 7.0
+    assert np.shares_memory(view, ring.buffer) and (slot.buffer.reshape(-1)[: view.size] == 7.0).all()
+    with pytest.raises(ValueError, match="does not fit"):
+        slot.shape_to(16, 8)

@@ -85,3 +85,13 @@ def test_acquire_waits_for_a_release_and_times_out_otherwise():
 def test_aligned_empty_is_aligned_for_odd_shapes():
     for shape in [(1, 3, 5, 7), (2, 3, 13, 17)]:
         assert aligned_empty(shape).ctypes.data % 64 == 0
+
+
+def test_a_freed_slot_is_the_next_one_handed_out_so_idle_slots_stay_untouched():
+    ring = FrameRing(8, 4, 4)
+    used = set()
+    for _ in range(20):  # one frame in flight at a time, as a slow camera does
+        slot = ring.try_acquire("cam")
+        used.add(slot.index)
+        ring.transition(slot, SlotState.FREE)
+    assert len(used) == 1
