@@ -11,6 +11,16 @@ so the model has one output ``output`` ``[batch, boxes, 5 + classes]``, the
 YOLOv5 export layout the postprocess stage already reads. Backbone nodes are
 named ``L<layer>/<op>``, decode nodes ``head/...``, which is what
 :mod:`app.models.quantize` keys on to keep the decode in fp32.
+
+Input height and width are symbolic (``["batch", 3, "height", "width"]``) so a
+letterbox can feed 416×320 instead of 416×416 and skip the grey bars: every
+multiple of the network stride (the lcm of the layers' downsampling factors,
+32 for yolov3-tiny) gives the same layer geometry as the cfg's own size, so
+the same pads and concatenations hold. That is checked, not assumed: a cfg
+whose size is not divided exactly at every layer keeps a fixed input, as
+converter version 1 wrote every model. ``detstream.input_size`` stays the
+cfg's size (the largest the pipeline feeds) and ``detstream.stride`` says what
+the sides must be multiples of.
 """
 
 from __future__ import annotations
@@ -18,6 +28,8 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from fractions import Fraction
+from math import lcm
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +43,7 @@ from app.models.files import atomic_write_bytes
 
 logger = logging.getLogger(__name__)
 
-CONVERTER_VERSION = "1"
+CONVERTER_VERSION = "2"  # 2: dynamic input height/width, runtime grid, detstream.stride
 OPSET = 17
 BN_EPS = 1e-5  # darknet's GPU kernel: x_hat = (x - mean) / sqrt(var + .00001)
 LEAKY_SLOPE = 0.1
@@ -41,12 +53,14 @@ OUTPUT_NAME = "output"
 
 @dataclass(slots=True)
 class _Tensor:
-    """A layer output: its graph name and (channels, height, width) for a batch of images."""
+    """A layer output: its graph name, (channels, height, width) at the cfg's input size, and ``stride``,
+    how many input pixels one of its cells spans (a fraction only after more upsampling than downsampling)."""
 
     name: str
     channels: int
     height: int
     width: int
+    stride: Fraction = Fraction(1)
 
 
 class _WeightCursor:
@@ -109,7 +123,7 @@ def _conv(graph: _Graph, sec: Section, x: _Tensor, cursor: _WeightCursor) -> _Te
         out = graph.node("LeakyRelu", [out], f"{prefix}/leaky", alpha=LEAKY_SLOPE)
     height = (x.height + 2 * pad - size) // stride + 1
     width = (x.width + 2 * pad - size) // stride + 1
-    return _Tensor(out, filters, height, width)
+    return _Tensor(out, filters, height, width, x.stride * stride)
 
 
 def fold_batch_norm(weight: np.ndarray, bias: np.ndarray, gamma: np.ndarray, mean: np.ndarray,
@@ -141,7 +155,7 @@ def _maxpool(graph: _Graph, sec: Section, x: _Tensor) -> _Tensor:
         pads = graph.const(f"{prefix}/pads", np.array([0, 0, top, left, 0, 0, bottom, right], np.int64))
         source = graph.node("Pad", [source, pads], f"{prefix}/pad", mode="edge")
     out = graph.node("MaxPool", [source], f"{prefix}/maxpool", kernel_shape=[size, size], strides=[stride, stride])
-    return _Tensor(out, x.channels, height, width)
+    return _Tensor(out, x.channels, height, width, x.stride * stride)
 
 
 def _upsample(graph: _Graph, sec: Section, x: _Tensor) -> _Tensor:
@@ -152,7 +166,7 @@ def _upsample(graph: _Graph, sec: Section, x: _Tensor) -> _Tensor:
     scales = graph.const(f"{prefix}/scales", np.array([1, 1, stride, stride], np.float32))
     out = graph.node("Resize", [x.name, "", scales], f"{prefix}/resize", mode="nearest",
                      coordinate_transformation_mode="asymmetric", nearest_mode="floor")
-    return _Tensor(out, x.channels, x.height * stride, x.width * stride)
+    return _Tensor(out, x.channels, x.height * stride, x.width * stride, x.stride / stride)
 
 
 def _layer_ref(sec: Section, ref: int, outputs: list[_Tensor]) -> _Tensor:
@@ -174,7 +188,8 @@ def _route(graph: _Graph, sec: Section, outputs: list[_Tensor]) -> _Tensor:
         sizes = ", ".join(f"{p.height}x{p.width}" for p in parts)
         raise ModelError(f"{sec.where()}: cannot concatenate layers of different sizes ({sizes})")
     out = graph.node("Concat", [p.name for p in parts], f"L{sec.index}/concat", axis=1)
-    return _Tensor(out, sum(p.channels for p in parts), parts[0].height, parts[0].width)
+    stride = parts[0].stride if len({p.stride for p in parts}) == 1 else Fraction(0)  # 0: mixed, never exact
+    return _Tensor(out, sum(p.channels for p in parts), parts[0].height, parts[0].width, stride)
 
 
 def _shortcut(graph: _Graph, sec: Section, x: _Tensor, outputs: list[_Tensor]) -> _Tensor:
@@ -190,7 +205,7 @@ def _shortcut(graph: _Graph, sec: Section, x: _Tensor, outputs: list[_Tensor]) -
     out = graph.node("Add", [x.name, other.name], f"L{sec.index}/add")
     if activation == "leaky":
         out = graph.node("LeakyRelu", [out], f"L{sec.index}/leaky", alpha=LEAKY_SLOPE)
-    return _Tensor(out, x.channels, x.height, x.width)
+    return _Tensor(out, x.channels, x.height, x.width, x.stride if x.stride == other.stride else Fraction(0))
 
 
 def _yolo(sec: Section, x: _Tensor, net_h: int, net_w: int) -> YoloHead:
@@ -209,7 +224,34 @@ def _yolo(sec: Section, x: _Tensor, net_h: int, net_w: int) -> YoloHead:
     return YoloHead(sec.index, x.name, classes, chosen, x.height, x.width, net_h / x.height, net_w / x.width)
 
 
-def _build(sections: list[Section], cursor: _WeightCursor) -> tuple[_Graph, list[YoloHead], int, int]:
+@dataclass(slots=True)
+class _Network:
+    """The built graph, its heads, the cfg's input size and the network stride (None: fixed input only)."""
+
+    graph: _Graph
+    heads: list[YoloHead]
+    height: int
+    width: int
+    stride: int | None
+
+
+def network_stride(tensors: list[_Tensor], net_h: int, net_w: int) -> int | None:
+    """The stride the input sides must be multiples of, or None when the cfg's geometry only holds at its own size.
+
+    When every layer's size is exactly the input size divided by its
+    (integer) stride, each conv and pool sees a multiple of its own stride at
+    any input that is a multiple of the lcm of all strides, and its output
+    size and edge pads are then the same function of the input as at the
+    cfg's size. Anything else (a pool that drops a row, an odd size, a concat
+    of two strides) keeps the input fixed.
+    """
+    for t in tensors:
+        if t.stride.denominator != 1 or t.stride < 1 or t.height * t.stride != net_h or t.width * t.stride != net_w:
+            return None
+    return lcm(*(int(t.stride) for t in tensors))
+
+
+def _build(sections: list[Section], cursor: _WeightCursor) -> _Network:
     net = sections[0]
     net_h, net_w, channels = net.get_int("height", 416), net.get_int("width", 416), net.get_int("channels", 3)
     graph = _Graph()
@@ -235,7 +277,8 @@ def _build(sections: list[Section], cursor: _WeightCursor) -> tuple[_Graph, list
         outputs.append(x)
     if not heads:
         raise ModelError(f"{sections[0].source}: the cfg has no [yolo] block, nothing to output")
-    return graph, heads, net_h, net_w
+    stride = network_stride([_Tensor(INPUT_NAME, channels, net_h, net_w), *outputs], net_h, net_w)
+    return _Network(graph, heads, net_h, net_w, stride)
 
 
 def _read_names(path: Path, classes: int) -> list[str]:
@@ -255,7 +298,8 @@ def build_darknet_model(cfg_path: Path, weights_path: Path, names_path: Path,
     fixups = apply_known_fixups(cfg_path, sections) if fix_known_defects else []
     weights = read_weights(weights_path)
     cursor = _WeightCursor(weights)
-    graph, heads, net_h, net_w = _build(sections, cursor)
+    network = _build(sections, cursor)
+    graph, heads, net_h, net_w = network.graph, network.heads, network.height, network.width
     if cursor.needed != weights.values.size:
         needed_bytes = weights.header_bytes + 4 * cursor.needed
         raise ModelError(f"{weights_path}: file is {weights.file_bytes} bytes but {cfg_path.name} needs "
@@ -269,8 +313,14 @@ def build_darknet_model(cfg_path: Path, weights_path: Path, names_path: Path,
         graph.node("Concat", parts, OUTPUT_NAME, axis=1)
     else:
         graph.node("Identity", parts, OUTPUT_NAME)
-    boxes = sum(h.boxes for h in heads)
-    inputs = [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["batch", 3, net_h, net_w])]
+    if network.stride is None:
+        logger.info("%s: layer sizes at %dx%d do not scale with the input; the model keeps a fixed input size",
+                    cfg_path, net_h, net_w)
+        hw: list[str | int] = [net_h, net_w]
+        boxes: str | int = sum(h.boxes for h in heads)
+    else:
+        hw, boxes = ["height", "width"], "boxes"
+    inputs = [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["batch", 3, *hw])]
     outputs = [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, ["batch", boxes, 5 + len(names)])]
     graph_proto = helper.make_graph(graph.nodes, cfg_path.stem, inputs, outputs, graph.initializers)
     model = helper.make_model(graph_proto, opset_imports=[helper.make_opsetid("", OPSET)],
@@ -284,6 +334,8 @@ def build_darknet_model(cfg_path: Path, weights_path: Path, names_path: Path,
         "detstream.scale": repr(1.0 / 255.0),
         "detstream.converter_version": CONVERTER_VERSION,
     }
+    if network.stride is not None:
+        metadata["detstream.stride"] = str(network.stride)
     if fixups:
         metadata["detstream.fixups"] = ",".join(fixups)
     onnx.helper.set_model_props(model, metadata)
@@ -298,7 +350,9 @@ def convert_darknet(cfg_path: Path, weights_path: Path, names_path: Path, out_pa
                     fix_known_defects: bool = True) -> Path:
     """Convert a darknet YOLO model to ONNX at ``out_path`` (written to a temp file, then renamed).
 
-    The output has input ``images`` ``[batch, 3, H, W]`` (RGB, /255) and output
+    The output has input ``images`` ``[batch, 3, height, width]`` (RGB, /255;
+    any multiple of ``detstream.stride``, or the cfg's size only when the cfg's
+    geometry does not scale, see :func:`network_stride`) and output
     ``output`` ``[batch, boxes, 5 + classes]``: cx, cy, w, h in input pixels,
     objectness and per-class probabilities, all already sigmoid/exp decoded.
     ``fix_known_defects`` applies the documented cfg fix-ups of

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 
 import numpy as np
 import onnx
@@ -13,7 +14,7 @@ import pytest
 from app.errors import ModelError
 from app.models.darknet import build_darknet_model, convert_darknet, fold_batch_norm
 from app.models.darknet_cfg import apply_known_fixups, parse_cfg
-from tests.unit.models.tiny_darknet import NAMES, TINY_CFG, parameter_count, reference_forward, write_tiny_net
+from tests.unit.models.tiny_darknet import NAMES, TINY_CFG, parameter_count, ref_yolo, reference_forward, write_tiny_net
 
 
 def run(path, batch: np.ndarray) -> np.ndarray:
@@ -33,22 +34,86 @@ def test_converted_graph_matches_the_numpy_darknet_forward_pass(tmp_path, height
         np.testing.assert_allclose(got[b], expected, rtol=1e-4, atol=1e-4)
 
 
-def test_output_layout_metadata_and_dynamic_batch(tmp_path):
+def dims(value_info: onnx.ValueInfoProto) -> list:
+    return [d.dim_param or d.dim_value for d in value_info.type.tensor_type.shape.dim]
+
+
+def test_output_layout_metadata_and_dynamic_batch_height_and_width(tmp_path):
     net = write_tiny_net(tmp_path, 32, 32)
     out = convert_darknet(net.cfg, net.weights, net.names, tmp_path / "tiny.onnx")
     model = onnx.load(str(out))
     meta = {p.key: p.value for p in model.metadata_props}
     assert meta["detstream.layout"] == "yolov5"
-    assert meta["detstream.input_size"] == "32x32"
+    assert meta["detstream.input_size"] == "32x32"  # the cfg's size: the nominal (largest) input
+    assert meta["detstream.stride"] == "2"  # one stride-2 pool
+    assert meta["detstream.converter_version"] == "2"
     assert json.loads(meta["detstream.class_names"]) == list(NAMES)
     assert meta["detstream.source"] == "darknet:tiny.cfg"
     assert float(meta["detstream.scale"]) == pytest.approx(1 / 255)
-    assert model.opset_import[0].version == 17
-    dims = model.graph.input[0].type.tensor_type.shape.dim
-    assert dims[0].dim_param == "batch" and [d.dim_value for d in dims[1:]] == [3, 32, 32]
-    boxes = 2 * 16 * 16 + 2 * 32 * 32  # two anchors on the 16x16 grid, two on the upsampled 32x32 one
-    for batch in (1, 3):
-        assert run(out, np.zeros((batch, 3, 32, 32))).shape == (batch, boxes, 5 + len(NAMES))
+    assert (model.opset_import[0].version, model.ir_version) == (17, 8)
+    assert dims(model.graph.input[0]) == ["batch", 3, "height", "width"]
+    assert dims(model.graph.output[0]) == ["batch", "boxes", 5 + len(NAMES)]
+    for batch, height, width in ((1, 32, 32), (3, 32, 32), (2, 16, 40)):
+        boxes = 2 * (height // 2) * (width // 2) + 2 * height * width  # 2 anchors at stride 2, 2 at stride 1
+        assert run(out, np.zeros((batch, 3, height, width))).shape == (batch, boxes, 5 + len(NAMES))
+
+
+@pytest.mark.parametrize(("height", "width"), [(16, 48), (64, 32), (2, 2)])
+def test_a_model_converted_at_one_size_matches_darknet_run_at_another_multiple_of_its_stride(tmp_path, height,
+                                                                                           width):
+    net = write_tiny_net(tmp_path, 32, 32)
+    out = convert_darknet(net.cfg, net.weights, net.names, tmp_path / "tiny.onnx")
+    images = np.random.default_rng(2).uniform(0, 1, (2, 3, height, width))
+    got = run(out, images)
+    for b in range(2):  # darknet's own forward pass for a cfg of this size (same weights)
+        expected = reference_forward(replace(net, height=height, width=width), images[b])
+        np.testing.assert_allclose(got[b], expected, rtol=1e-4, atol=1e-4)
+
+
+# A pool without darknet's default padding drops a row: 30 -> 14, not 15, so 32 would not give 15 either.
+UNEVEN_CFG = """[net]
+width=30
+height=30
+channels=3
+
+[maxpool]
+size=3
+stride=2
+padding=0
+
+[convolutional]
+filters=7
+size=1
+stride=1
+pad=1
+activation=linear
+
+[yolo]
+mask = 0
+anchors = 4,6
+classes=2
+num=1
+"""
+
+
+def test_a_cfg_whose_layer_sizes_do_not_scale_keeps_a_fixed_input_size(tmp_path):
+    cfg, weights, names = tmp_path / "uneven.cfg", tmp_path / "uneven.weights", tmp_path / "uneven.names"
+    cfg.write_text(UNEVEN_CFG)
+    names.write_text("cat\ndog\n")
+    header = np.array([0, 2, 0], "<i4").tobytes() + np.array([0], "<i8").tobytes()
+    weights.write_bytes(header + np.random.default_rng(4).normal(0, 0.3, 7 + 7 * 3).astype("<f4").tobytes())
+    model = build_darknet_model(cfg, weights, names)
+    meta = {p.key: p.value for p in model.metadata_props}
+    assert "detstream.stride" not in meta and meta["detstream.input_size"] == "30x30"
+    assert dims(model.graph.input[0]) == ["batch", 3, 30, 30]
+    assert dims(model.graph.output[0]) == ["batch", 14 * 14, 7]
+    model.graph.output.append(onnx.helper.make_tensor_value_info("L1/conv", onnx.TensorProto.FLOAT, None))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    images = np.random.default_rng(5).uniform(0, 1, (1, 3, 30, 30)).astype(np.float32)
+    out, raw = session.run(["output", "L1/conv"], {"images": images})
+    assert raw.shape == (1, 7, 14, 14)
+    np.testing.assert_allclose(out[0], ref_yolo(raw[0].astype(np.float64), (0,), [4, 6], 2, 30, 30), rtol=1e-5,
+                               atol=1e-5)
 
 
 def test_decode_nodes_are_named_head_so_the_quantizer_can_find_them(tmp_path):
