@@ -10,6 +10,11 @@ read too), so ``--model path.onnx`` needs no side files. Precedence:
   is an error naming both, never a guess.
 * class names: ``model.names_file``, else ``detstream.class_names``, else
   Ultralytics ``names``, else COCO-80 (for 80 classes or an nms output).
+* input size: the graph's fixed H×W, else ``detstream.input_size``, else
+  Ultralytics ``imgsz``, else 640. A graph whose H and W are both symbolic is
+  ``dynamic_hw``: the size is then the nominal (largest) one, and
+  ``stride`` (``detstream.stride``, else Ultralytics ``stride``, else 32) is
+  what a rectangular input's sides must be multiples of.
 
 Every :class:`ModelError` is one line that starts with the file's path.
 """
@@ -34,6 +39,7 @@ from app.types import ModelSpec, OutputLayout
 logger = logging.getLogger(__name__)
 
 DEFAULT_INPUT_SIZE = 640
+DEFAULT_STRIDE = 32  # YOLO's largest downsampling factor, when the file does not say
 _SNIFF = (
     (b"\xff\xd8\xff", "it looks like a JPEG image"),
     (b"\x89PNG", "it looks like a PNG image"),
@@ -114,6 +120,25 @@ def _input_size(path: Path, dims: list[Dim], meta: dict[str, str]) -> tuple[int,
     return DEFAULT_INPUT_SIZE, DEFAULT_INPUT_SIZE
 
 
+def _is_dynamic_hw(dims: list[Dim]) -> bool:
+    """True when neither H nor W is a fixed positive size (symbolic names or absent)."""
+    return not any(isinstance(d, int) and d > 0 for d in dims[2:])
+
+
+def _stride(path: Path, meta: dict[str, str]) -> int:
+    key = "detstream.stride" if "detstream.stride" in meta else "stride" if "stride" in meta else None
+    if key is None:
+        return DEFAULT_STRIDE
+    try:
+        value = ast.literal_eval(meta[key].strip())  # "32"; a list of per-head strides means its largest
+        stride = int(max(value) if isinstance(value, list | tuple) else value)
+    except (ValueError, SyntaxError, TypeError):
+        stride = 0
+    if stride < 1:
+        raise ModelError(f"{path}: metadata {key}={meta[key]!r} is not a positive integer stride")
+    return stride
+
+
 def _layout(path: Path, shape: list[Dim], meta: dict[str, str], override: str | None) -> OutputLayout:
     declared_meta = meta.get("detstream.layout")
     for source, value in (("model.format", override), ("metadata detstream.layout", declared_meta)):
@@ -174,7 +199,8 @@ def load_model_spec(path: Path | str, *, name: str | None = None, layout_overrid
     Checks: the file exists and parses as ONNX (a text file, an image or a
     truncated download is named as such), one float32 ``[N, 3, H, W]`` image
     input, and a first output that fits the layout. ``static_batch`` is the
-    input's fixed batch dimension, None when symbolic.
+    input's fixed batch dimension, None when symbolic; ``dynamic_hw`` is true
+    when H and W are both symbolic (see the module docstring for size and stride).
     """
     path = Path(path)
     model, sha256 = _parse(path)
@@ -198,4 +224,6 @@ def load_model_spec(path: Path | str, *, name: str | None = None, layout_overrid
         static_batch=dims[0] if isinstance(dims[0], int) and dims[0] > 0 else None,
         scale=scale,
         sha256=sha256,
+        dynamic_hw=_is_dynamic_hw(dims),
+        stride=_stride(path, meta),
     )

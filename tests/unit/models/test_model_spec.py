@@ -154,3 +154,26 @@ def test_model_format_that_the_output_shape_cannot_hold_names_both(tmp_path):
     with pytest.raises(ModelError, match=r"layout nms \(from model\.format\) does not fit output shape \[1, 300, 7\]"):
         load_model_spec(path, layout_override="nms")
     assert load_model_spec(path, layout_override="yolov5").layout == "yolov5"
+
+
+@pytest.mark.parametrize(("input_shape", "metadata", "dynamic_hw", "stride"), [
+    (["batch", 3, "height", "width"], {"detstream.stride": "32"}, True, 32),   # our converter, v2
+    (["batch", 3, "height", "width"], {"detstream.stride": "64"}, True, 64),
+    ([1, 3, "h", "w"], {"stride": "32", "imgsz": "[640, 640]"}, True, 32),      # Ultralytics dynamic=True
+    ([1, 3, "h", "w"], {"stride": "[8, 16, 32]"}, True, 32),                     # per-head strides: the largest
+    ([1, 3, None, None], {}, True, 32),                                         # absent dims, no metadata
+    (["batch", 3, 416, 416], {"detstream.stride": "32"}, False, 32),           # converter v1 / a static export
+    ([1, 3, 640, "w"], {}, False, 32),                                          # one fixed side is not dynamic
+])
+def test_dynamic_hw_means_both_sides_symbolic_and_stride_comes_from_the_metadata(tmp_path, input_shape, metadata,
+                                                                                dynamic_hw, stride):
+    metadata = {"detstream.input_size": "416x416", **metadata}
+    spec = load_model_spec(write_model(tmp_path / "m.onnx", input_shape, ["batch", "boxes", 85], metadata))
+    assert (spec.dynamic_hw, spec.stride) == (dynamic_hw, stride)
+
+
+@pytest.mark.parametrize("stride", ["0", "-32", "thirty-two", "[]"])
+def test_a_malformed_stride_in_the_metadata_is_one_line_naming_it(tmp_path, stride):
+    path = write_model(tmp_path / "m.onnx", [1, 3, "h", "w"], [1, "boxes", 85], {"detstream.stride": stride})
+    with pytest.raises(ModelError, match=rf"m\.onnx: metadata detstream\.stride='{re.escape(stride)}' is not a "):
+        load_model_spec(path)
