@@ -2,7 +2,8 @@
 
 Agreement, not accuracy: without labels the fp32 model is the reference, and
 the question is whether quantization changed what the pipeline would publish.
-Frames go through the pipeline's own letterbox and decode
+Frames go through the pipeline's own letterbox (rectangular for a model with
+a dynamic input, as the pipeline feeds it) and decode
 (:func:`app.postprocess.yolo.decode_batch`); a candidate detection matches a
 reference one of the same class with IoU >= 0.5, greedily by score, and
 F1 = 2PR / (P + R).
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from app.models.calibration import decode_frames, evenly_spaced, video_frame_count
+from app.models.calibration import InputFit, decode_frames, evenly_spaced, video_frame_count
 from app.models.spec import load_model_spec
 from app.postprocess.yolo import decode_batch
 from app.preprocess import letterbox_into
@@ -54,10 +55,11 @@ def held_out_indices(total: int, calibration_frames: int, count: int) -> list[in
 
 
 def load_inputs(clip: Path, indices: list[int], spec: ModelSpec) -> tuple[list[np.ndarray], list[Letterbox]]:
-    """Letterboxed ``(3, H, W)`` inputs and their letterboxes for the given frames of ``clip``."""
+    """Letterboxed ``(3, H, W)`` inputs (at the size the pipeline feeds ``spec``) and their letterboxes."""
+    fit = InputFit.of(spec)
     inputs, boxes = [], []
     for _, rgb in decode_frames(clip, sorted(indices)):
-        tensor = np.empty((3, spec.input_height, spec.input_width), np.float32)
+        tensor = fit.blank(rgb.shape[1], rgb.shape[0])
         boxes.append(letterbox_into(rgb, tensor, spec.scale))
         inputs.append(tensor)
     return inputs, boxes

@@ -4,12 +4,21 @@ Static INT8 fixes one scale per tensor from what it sees here, so the frames
 must look like production input: same letterbox (``app.preprocess``), same
 pixel scale, and spread over the whole clip rather than its first seconds
 (a clip that starts empty would calibrate for an empty scene).
+
+A model with a dynamic input (``ModelSpec.dynamic_hw``) runs each frame at
+:func:`app.preprocess.fit_input_size` with ``rect=True``, the smallest
+multiple of the stride that holds it (416×320 for a 4:3 camera), so that is
+what it is calibrated on: each frame at its own size. A video has one size;
+a folder of mixed images gives several, which ONNX Runtime's calibrators
+take one frame (batch 1) at a time, so every tensor's range is gathered over
+all of them, at the sizes the pipeline will feed.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import av
@@ -18,7 +27,8 @@ import numpy as np
 from onnxruntime.quantization import CalibrationDataReader
 
 from app.errors import ModelError
-from app.preprocess import letterbox_into
+from app.preprocess import PAD_VALUE, fit_input_size, letterbox_into
+from app.types import ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -35,10 +45,41 @@ def evenly_spaced(total: int, count: int) -> list[int]:
     return sorted({round(float(i)) for i in np.linspace(0, total - 1, count)})
 
 
-def _to_input(rgb: np.ndarray, height: int, width: int, scale: float) -> np.ndarray:
-    out = np.empty((3, height, width), np.float32)
-    letterbox_into(rgb, out, scale)
-    return out
+@dataclass(frozen=True, slots=True)
+class InputFit:
+    """How frames become model inputs: the nominal ``height`` × ``width``, pixel ``scale``, and with ``rect``
+    the smaller stride-multiple rectangle the pipeline uses for dynamic models."""
+
+    height: int
+    width: int
+    scale: float = 1.0 / 255.0
+    stride: int = 32
+    rect: bool = False
+
+    @classmethod
+    def of(cls, spec: ModelSpec) -> InputFit:
+        """The pipeline's choice for ``spec``: rectangular exactly when the model's input is dynamic."""
+        return cls(spec.input_height, spec.input_width, spec.scale, spec.stride, spec.dynamic_hw)
+
+    def size(self, src_width: int, src_height: int) -> tuple[int, int]:
+        """``(height, width)`` of the input for a frame of this size."""
+        return fit_input_size(src_width, src_height, self.width, self.height, self.stride, self.rect)
+
+    def blank(self, src_width: int, src_height: int) -> np.ndarray:
+        """A grey ``(3, H, W)`` input for a frame of this size, ready for ``letterbox_into``.
+
+        Pre-filled because ``letterbox_into`` leaves a lone padding row or
+        column unwritten when the padding is one pixel in total (its top/left
+        share rounds to 0); left as ``np.empty`` that row is garbage, and one
+        huge value ruins a calibrated range.
+        """
+        return np.full((3, *self.size(src_width, src_height)), PAD_VALUE * self.scale, np.float32)
+
+    def letterbox(self, rgb: np.ndarray) -> np.ndarray:
+        """``rgb`` ``(h, w, 3) uint8`` letterboxed into a new ``(3, H, W)`` float32 input."""
+        out = self.blank(rgb.shape[1], rgb.shape[0])
+        letterbox_into(rgb, out, self.scale)
+        return out
 
 
 def video_frame_count(path: Path) -> int:
@@ -80,7 +121,7 @@ def _seek_selected(path: Path, wanted: list[int], total: int) -> Iterator[tuple[
                     break
 
 
-def video_frames(path: Path, count: int, height: int, width: int, scale: float) -> list[np.ndarray]:
+def video_frames(path: Path, count: int, fit: InputFit) -> list[np.ndarray]:
     """``count`` letterboxed ``(3, H, W)`` float32 frames at :func:`evenly_spaced` indices of the video."""
     try:
         total = video_frame_count(path)
@@ -88,15 +129,16 @@ def video_frames(path: Path, count: int, height: int, width: int, scale: float) 
         if not wanted:
             raise ModelError(f"{path}: no video frames to calibrate on")
         picker = _seek_selected(path, wanted, total) if total > SEEK_ABOVE_FRAMES else decode_frames(path, wanted)
-        frames = [_to_input(rgb, height, width, scale) for _, rgb in picker]
+        frames = [fit.letterbox(rgb) for _, rgb in picker]
     except (av.FFmpegError, IndexError) as error:
         raise ModelError(f"{path}: cannot read calibration video ({error})") from None
     logger.info("calibration: %d frames of %s (%d in the video)", len(frames), path.name, total)
     return frames
 
 
-def image_frames(folder: Path, count: int, height: int, width: int, scale: float) -> list[np.ndarray]:
-    """Up to ``count`` letterboxed frames from the images in ``folder`` (sorted by name, evenly sampled)."""
+def image_frames(folder: Path, count: int, fit: InputFit) -> list[np.ndarray]:
+    """Up to ``count`` letterboxed frames from the images in ``folder`` (sorted by name, evenly sampled),
+    each at its own :meth:`InputFit.size`."""
     files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
     frames = []
     for index in evenly_spaced(len(files), count):
@@ -104,24 +146,24 @@ def image_frames(folder: Path, count: int, height: int, width: int, scale: float
         if bgr is None:
             logger.warning("calibration: skipping unreadable image %s", files[index])
             continue
-        frames.append(_to_input(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), height, width, scale))
+        frames.append(fit.letterbox(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)))
     if not frames:
         raise ModelError(f"{folder}: no readable images ({', '.join(IMAGE_SUFFIXES)}) to calibrate on")
     return frames
 
 
-def calibration_frames(source: Path, count: int, height: int, width: int, scale: float) -> list[np.ndarray]:
+def calibration_frames(source: Path, count: int, fit: InputFit) -> list[np.ndarray]:
     """Frames from a video file or a folder of images; a one-line ModelError when there are none."""
     source = Path(source)
     if source.is_dir():
-        return image_frames(source, count, height, width, scale)
+        return image_frames(source, count, fit)
     if not source.is_file():
         raise ModelError(f"{source}: calibration source not found (give a video file or a folder of images)")
-    return video_frames(source, count, height, width, scale)
+    return video_frames(source, count, fit)
 
 
 class FrameReader(CalibrationDataReader):
-    """Feeds prepared frames to ONNX Runtime's calibrator one at a time (batch 1)."""
+    """Feeds prepared frames to ONNX Runtime's calibrator one at a time (batch 1), each at its own size."""
 
     def __init__(self, input_name: str, frames: list[np.ndarray]) -> None:
         self._input_name = input_name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import av
@@ -11,9 +12,10 @@ import pytest
 
 from app.errors import ModelError
 from app.models import calibration
-from app.models.calibration import FrameReader, calibration_frames, evenly_spaced
+from app.models.calibration import FrameReader, InputFit, calibration_frames, evenly_spaced
 from app.models.darknet import build_darknet_model
 from app.models.quantize import head_nodes
+from app.types import ModelSpec
 from tests.unit.models.tiny_darknet import write_tiny_net
 
 FRAMES = 60
@@ -55,7 +57,7 @@ def test_evenly_spaced_indices_cover_the_whole_range(total, count, expected):
 def test_video_frames_are_evenly_sampled_and_letterboxed(numbered_video, monkeypatch, seek):
     if seek:
         monkeypatch.setattr(calibration, "SEEK_ABOVE_FRAMES", 0)
-    frames = calibration_frames(numbered_video, 4, 32, 32, 1 / 255)
+    frames = calibration_frames(numbered_video, 4, InputFit(32, 32))
     assert len(frames) == 4 and all(f.shape == (3, 32, 32) and f.dtype == np.float32 for f in frames)
     indices = [level_to_index(f) for f in frames]
     assert all(abs(got - want) <= 1 for got, want in zip(indices, evenly_spaced(FRAMES, 4), strict=True)), indices
@@ -67,7 +69,7 @@ def test_a_folder_of_images_is_sampled_by_name_and_unreadable_files_are_skipped(
         cv2.imwrite(str(tmp_path / f"img{i}.png"), np.full((20, 20, 3), 10 * i, np.uint8))
     (tmp_path / "notes.txt").write_text("not an image")
     (tmp_path / "img5.jpg").write_bytes(b"broken")
-    frames = calibration_frames(tmp_path, 10, 16, 16, 1 / 255)
+    frames = calibration_frames(tmp_path, 10, InputFit(16, 16))
     assert len(frames) == 5
 
 
@@ -78,7 +80,39 @@ def test_a_folder_of_images_is_sampled_by_name_and_unreadable_files_are_skipped(
 ])
 def test_an_unusable_calibration_source_is_a_one_line_modelerror(tmp_path, make, message):
     with pytest.raises(ModelError, match=message):
-        calibration_frames(make(tmp_path), 5, 16, 16, 1 / 255)
+        calibration_frames(make(tmp_path), 5, InputFit(16, 16))
+
+
+def test_a_dynamic_model_calibrates_on_the_rectangle_the_pipeline_feeds(numbered_video):
+    frames = calibration_frames(numbered_video, 3, InputFit(64, 64, stride=16, rect=True))
+    assert [f.shape for f in frames] == [(3, 48, 64)] * 3  # 64x48: no grey rows, the frame fills it
+    assert frames[0].max() < 60 / 255  # the first frame is level 40 all over: not a pixel of 114 padding
+    square = calibration_frames(numbered_video, 1, InputFit(64, 64, stride=16, rect=False))
+    assert square[0].shape == (3, 64, 64) and square[0][:, 0, 32] == pytest.approx(114 / 255)
+
+
+def test_a_folder_of_mixed_sizes_calibrates_each_image_at_its_own_size(tmp_path):
+    for name, (h, w) in {"a": (20, 40), "b": (40, 20), "c": (30, 30)}.items():
+        cv2.imwrite(str(tmp_path / f"{name}.png"), np.full((h, w, 3), 90, np.uint8))
+    frames = calibration_frames(tmp_path, 3, InputFit(64, 64, stride=8, rect=True))
+    assert [f.shape for f in frames] == [(3, 32, 64), (3, 64, 32), (3, 64, 64)]
+
+
+def test_a_one_pixel_padding_row_is_grey_not_leftover_memory(tmp_path):
+    cv2.imwrite(str(tmp_path / "a.png"), np.full((40, 48, 3), 90, np.uint8))  # 32x27 in a 32x28 input
+    for _ in range(3):  # np.empty would hand back this loop's freed buffers
+        frame = calibration_frames(tmp_path, 1, InputFit(32, 32, stride=2, rect=True))[0]
+        assert frame.shape == (3, 28, 32)
+        np.testing.assert_array_equal(frame[:, 27, :], np.float32(114 / 255))
+        frame[:] = 7.0
+
+
+def test_input_fit_of_a_spec_is_rectangular_exactly_when_the_model_is_dynamic():
+    spec = ModelSpec(name="m", path="m.onnx", input_name="images", input_height=416, input_width=416,
+                     layout="yolov5", class_names=("a",), dynamic_hw=True)
+    assert InputFit.of(spec).size(768, 576) == (320, 416)
+    assert InputFit.of(replace(spec, dynamic_hw=False)).size(768, 576) == (416, 416)
+    assert InputFit.of(replace(spec, stride=64)).size(640, 272) == (192, 416)
 
 
 def test_frame_reader_feeds_batch_one_inputs_and_rewinds():
