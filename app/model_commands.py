@@ -1,4 +1,4 @@
-"""``detstream models fetch|list``."""
+"""``detstream models fetch|list``; ``list`` also says when the INT8 model no longer matches the default one."""
 
 from __future__ import annotations
 
@@ -9,20 +9,24 @@ from rich.table import Table
 
 
 def models_command(args: argparse.Namespace) -> int:
-    from app.models.registry import ensure_default_model, list_models
+    from app.models.registry import ensure_default_model, list_models, stale_reason
 
     if args.models_command == "fetch":
         path = ensure_default_model(args.models_dir, None)
         print(f"default model: {path}")
+        stale = stale_reason("yolov3-tiny-int8", args.models_dir)
+        if stale:
+            print(f"note: the INT8 model is stale: {stale}")
         if args.clips:
             from app.assets import fetch_clip
 
             for clip in ("vtest.avi", "bikes.mp4"):
                 print(f"clip: {fetch_clip(clip, None)}")
         return 0
-    table = Table("name", "present", "path", "size")
+    table = Table("name", "present", "path", "size", "note")
     for entry in list_models(args.models_dir):
-        name, path, present, size = entry
-        table.add_row(name, "yes" if present else "no", str(path), f"{size / 1e6:.1f} MB" if present else "-")
+        reason = stale_reason(entry.name, args.models_dir) if entry.present else None
+        table.add_row(entry.name, "yes" if entry.present else "no", str(entry.path),
+                      f"{entry.size / 1e6:.1f} MB" if entry.present else "-", f"stale: {reason}" if reason else "")
     Console().print(table)
     return 0

@@ -8,6 +8,12 @@ in fp32, because box coordinates in pixels and probabilities near 0 and 1 are
 exactly what one 8-bit scale per tensor represents badly. The defaults are the
 best of what docs/models.md reports measuring on a 2-core CPU; the
 alternatives stay reachable through :class:`QuantOptions` for other hardware.
+
+A model with a dynamic input size stays dynamic: calibration frames are
+letterboxed as the pipeline will feed them (rectangular, see
+:mod:`app.models.calibration`), and the output records the fp32 file it came
+from (``detstream.quantized_from``, its sha256) so a stale INT8 model can be
+told from a current one (:mod:`app.models.provenance`).
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ from onnxruntime.quantization.shape_inference import quant_pre_process
 
 from app.errors import ModelError
 from app.models.agreement import detection_agreement
-from app.models.calibration import FrameReader, calibration_frames
+from app.models.calibration import FrameReader, InputFit, calibration_frames
 from app.models.files import atomic_output
+from app.models.provenance import QUANTIZED_FROM
 from app.models.spec import load_model_spec
 
 logger = logging.getLogger(__name__)
@@ -94,10 +101,11 @@ def head_nodes(model: onnx.ModelProto, include_output_convs: bool = False) -> li
     return [n.name for n in graph.node if n.name in tail]
 
 
-def _copy_metadata(source: onnx.ModelProto, target_path: Path, precision: str) -> None:
+def _copy_metadata(source: onnx.ModelProto, target_path: Path, precision: str, source_sha256: str) -> None:
     model = onnx.load(str(target_path))
     meta = {p.key: p.value for p in source.metadata_props}
     meta["detstream.precision"] = precision
+    meta[QUANTIZED_FROM] = source_sha256
     del model.metadata_props[:]
     onnx.helper.set_model_props(model, meta)
     onnx.save(model, str(target_path))
@@ -113,8 +121,11 @@ def quantize_model(model_path: Path | str, calib_source: Path | str, out_path: P
     """Write a static INT8 model of ``model_path`` calibrated on ``frames`` frames of ``calib_source``.
 
     ``calib_source`` is a video file (frames evenly sampled over its length,
-    decoded with PyAV) or a folder of images. The output keeps the input's
-    ``metadata_props`` plus ``detstream.precision=int8``; it is written to a
+    decoded with PyAV) or a folder of images, letterboxed at the size the
+    pipeline feeds each frame (:meth:`InputFit.of`). The output keeps the
+    input's dynamic dimensions and ``metadata_props``, plus
+    ``detstream.precision=int8`` and ``detstream.quantized_from`` (the fp32
+    file's sha256); it is written to a
     temporary file and renamed, so a failed run leaves no half model.
     Raises :class:`ModelError` for an unreadable model or calibration source.
     """
@@ -129,7 +140,7 @@ def quantize_model(model_path: Path | str, calib_source: Path | str, out_path: P
         raise ModelError(f"{model_path}: already quantized; quantize the fp32 model instead")
     if spec.layout == "nms":
         logger.warning("%s: an in-graph NMS output quantizes poorly; check the agreement numbers", model_path)
-    data = calibration_frames(Path(calib_source), frames, spec.input_height, spec.input_width, spec.scale)
+    data = calibration_frames(Path(calib_source), frames, InputFit.of(spec))
     with tempfile.TemporaryDirectory(prefix="detstream-quantize-") as tmp:
         prepared = Path(tmp) / "prepared.onnx"
         if options.preprocess:
@@ -137,8 +148,9 @@ def quantize_model(model_path: Path | str, calib_source: Path | str, out_path: P
         else:
             onnx.save(source_model, str(prepared))
         excluded = head_nodes(onnx.load(str(prepared)), options.exclude_output_convs)
-        logger.info("quantize: %s in INT8, %d decode nodes kept in fp32, %d calibration frames",
-                    model_path.name, len(excluded), len(data))
+        sizes = sorted({frame.shape[1:] for frame in data})
+        logger.info("quantize: %s in INT8, %d decode nodes kept in fp32, %d calibration frames at %s",
+                    model_path.name, len(excluded), len(data), ", ".join(f"{h}x{w}" for h, w in sizes))
         activation = QuantType.QInt8 if options.activation_type == "int8" else QuantType.QUInt8
         with atomic_output(out) as partial:
             quantize_static(
@@ -150,6 +162,6 @@ def quantize_model(model_path: Path | str, calib_source: Path | str, out_path: P
                 extra_options={"ActivationSymmetric": options.activation_symmetric, "WeightSymmetric": True,
                                "CalibMovingAverage": options.moving_average},
             )
-            _copy_metadata(source_model, partial, "int8")
+            _copy_metadata(source_model, partial, "int8", spec.sha256)
     logger.info("quantize: wrote %s", out)
     return out

@@ -2,24 +2,31 @@
 
 A name is a promise about a file name and how to make it; the registry never
 downloads on its own except through :func:`ensure_default_model`, which the
-pipeline calls for the default model only.
+pipeline calls for the default model only. The INT8 model is made from the
+default one by the operator, so the registry only warns when it no longer
+matches it (:mod:`app.models.provenance`); it never re-quantizes.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import NamedTuple
 
 from app.errors import ModelError
 from app.models.fetch import DEFAULT_MODEL_FILE, fetch_default_model, is_current
+from app.models.provenance import stale_int8_reason
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "yolov3-tiny"
+INT8_MODEL = "yolov3-tiny-int8"
 INT8_MODEL_FILE = "yolov3-tiny-int8.onnx"
 
 # name -> (file in the models dir, the command that makes it)
 KNOWN_MODELS: dict[str, tuple[str, str]] = {
     DEFAULT_MODEL: (DEFAULT_MODEL_FILE, "detstream models fetch"),
-    "yolov3-tiny-int8": (INT8_MODEL_FILE, "detstream quantize"),
+    INT8_MODEL: (INT8_MODEL_FILE, "detstream quantize"),
 }
 
 
@@ -51,7 +58,24 @@ def resolve_model(name_or_path: str, models_dir: Path) -> Path:
     path = Path(models_dir) / filename
     if not path.is_file():
         raise ModelError(f"model {name_or_path!r} is not fetched yet: run `{how}` (looked for {path})")
+    reason = stale_reason(name_or_path, models_dir)
+    if reason:
+        logger.warning("model %r (%s) is stale: %s", name_or_path, path, reason)
     return path
+
+
+def requantize_command(models_dir: Path) -> str:
+    """The command that re-makes the INT8 model from the current default one."""
+    return f"detstream quantize {Path(models_dir) / DEFAULT_MODEL_FILE} --calib VIDEO_OR_IMAGE_DIR"
+
+
+def stale_reason(name: str, models_dir: Path) -> str | None:
+    """For the INT8 model: why it no longer matches the default model and how to re-make it; else None."""
+    if name != INT8_MODEL:
+        return None
+    int8 = Path(models_dir) / INT8_MODEL_FILE
+    reason = stale_int8_reason(int8, Path(models_dir) / DEFAULT_MODEL_FILE) if int8.is_file() else None
+    return f"{reason}; re-make it with `{requantize_command(models_dir)}`" if reason else None
 
 
 def list_models(models_dir: Path) -> list[ModelEntry]:

