@@ -1,11 +1,14 @@
 """INT8 quantization of the real default model, calibrated on 20 vtest frames, checked against fp32.
 
 The comparison uses test_default_model's own letterbox/decode/NMS, not the
-app's, so a shared decode bug cannot hide a quantization one.
+app's, so a shared decode bug cannot hide a quantization one. The default
+model's input is dynamic, so it is calibrated, and compared here, on the
+416x320 rectangle the pipeline feeds for vtest's 4:3 frames.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
@@ -14,9 +17,10 @@ import onnxruntime as ort
 import pytest
 
 from app.models.calibration import evenly_spaced
+from app.models.provenance import stale_int8_reason
 from app.models.quantize import quantize_model
 from app.models.spec import load_model_spec
-from tests.integration.test_default_model import class_names, detect, frames, letterbox
+from tests.integration.test_default_model import RECT, class_names, detect, frames, letterbox
 
 CALIBRATION_FRAMES = 20
 CALIBRATED = evenly_spaced(795, CALIBRATION_FRAMES)
@@ -62,17 +66,19 @@ def test_int8_detections_agree_with_fp32_on_held_out_frames(default_model, int8_
     names = class_names(default_model)
     fp32 = ort.InferenceSession(str(default_model), providers=["CPUExecutionProvider"])
     int8 = ort.InferenceSession(str(int8_model), providers=["CPUExecutionProvider"])
-    reference = [detect(fp32, rgb, names) for rgb in held_out_frames]
-    candidate = [detect(int8, rgb, names) for rgb in held_out_frames]
+    reference = [detect(fp32, rgb, names, RECT["vtest"]) for rgb in held_out_frames]
+    candidate = [detect(int8, rgb, names, RECT["vtest"]) for rgb in held_out_frames]
     assert sum(map(len, reference)) >= 20  # enough detections for the F1 to mean something
     assert match_f1(reference, candidate) >= 0.9
 
 
-def test_int8_outputs_are_probabilities_and_pixel_boxes_in_a_dynamic_batch(int8_model, held_out_frames):
+@pytest.mark.parametrize(("size", "boxes"), [((416, 416), 2535), (RECT["vtest"], 1950), ((352, 416), 2145)])
+def test_int8_outputs_are_probabilities_and_pixel_boxes_in_a_dynamic_batch_and_size(int8_model, held_out_frames,
+                                                                                   size, boxes):
     int8 = ort.InferenceSession(str(int8_model), providers=["CPUExecutionProvider"])
-    batch = np.stack([letterbox(rgb)[0] for rgb in held_out_frames[:3]])
+    batch = np.stack([letterbox(rgb, size)[0] for rgb in held_out_frames[:3]])
     out = int8.run(["output"], {"images": batch})[0]
-    assert out.shape == (3, 2535, 85) and np.isfinite(out).all()
+    assert out.shape == (3, boxes, 85) and np.isfinite(out).all()
     assert out[..., 4:].min() >= 0.0 and out[..., 4:].max() <= 1.0
     assert out[..., 4].max() > 0.9  # someone is detected with confidence
     assert (out[..., 2:4] > 0).all()
@@ -82,7 +88,9 @@ def test_the_int8_model_keeps_the_metadata_and_a_fp32_decode_tail(default_model,
     model = onnx.load(str(int8_model))
     meta = {p.key: p.value for p in model.metadata_props}
     source = {p.key: p.value for p in onnx.load(str(default_model), load_external_data=False).metadata_props}
-    assert meta == {**source, "detstream.precision": "int8"}
+    fp32_sha256 = hashlib.sha256(default_model.read_bytes()).hexdigest()
+    assert meta == {**source, "detstream.precision": "int8", "detstream.quantized_from": fp32_sha256}
+    assert stale_int8_reason(int8_model, default_model) is None
     assert json.loads(meta["detstream.class_names"])[0] == "person"
     ops = [n.op_type for n in model.graph.node]
     assert ops.count("DequantizeLinear") >= 20
@@ -91,5 +99,8 @@ def test_the_int8_model_keeps_the_metadata_and_a_fp32_decode_tail(default_model,
     head_tensors = {out for n in head for out in n.output}
     quantized = {n.input[0] for n in model.graph.node if n.op_type == "QuantizeLinear"}
     assert head_tensors and not head_tensors & quantized  # the decode math never goes through 8 bits
+    dims = [d.dim_param or d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == ["batch", 3, "height", "width"]
     spec = load_model_spec(int8_model)
-    assert (spec.layout, spec.static_batch, spec.input_height) == ("yolov5", None, 416)
+    assert (spec.layout, spec.static_batch, spec.input_height, spec.input_width) == ("yolov5", None, 416, 416)
+    assert (spec.dynamic_hw, spec.stride) == (True, 32)
