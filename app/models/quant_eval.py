@@ -7,7 +7,9 @@ evenly spaced frames of the clip), then fp32 and INT8 sessions take turns
 run by run for ``--seconds`` per batch size, so that a neighbour's load hits
 both alike; fps is frames per median (and per 10th-percentile) batch latency.
 F1 is measured on frames halfway between the calibration frames (see
-:mod:`app.models.agreement`). This is a measuring tool for
+:mod:`app.models.agreement`). Frames are letterboxed as the pipeline feeds
+the model: for a dynamic-input model (converter v2) at the clip's rectangle,
+416x320 for vtest and 416x192 for bikes. This is a measuring tool for
 docs/models.md, not part of the pipeline.
 """
 
