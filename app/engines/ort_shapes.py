@@ -1,11 +1,14 @@
 """Output shapes of an ONNX model once its input height and width are fixed.
 
 Why: exports with dynamic axes often declare outputs like ``(batch, 84,
-anchors)``; the anchor count follows from the input size, which the
-:class:`~app.types.ModelSpec` fixes. Running ONNX shape inference with the
-input's spatial dims pinned turns such dims into numbers, so the engines can
-preallocate outputs. A dim that stays unknown is data-dependent (NMS row
-counts), and that output cannot be preallocated.
+anchors)`` or ``(batch, boxes, 85)``; the anchor count follows from the input
+size, which the :class:`~app.types.ModelSpec` fixes (or, for a model with
+dynamic height and width, the size a batch is letterboxed to). Running ONNX
+shape inference with the input's spatial dims pinned turns such dims into
+numbers, so the engines can preallocate outputs. A dim that stays unknown is
+data-dependent (NMS row counts), and that output cannot be preallocated.
+Runs on whichever thread asks (the engine thread for a new input size); it
+reads the ONNX file without its weights' external data.
 """
 
 from __future__ import annotations
@@ -18,13 +21,19 @@ from app.types import ModelSpec
 logger = logging.getLogger(__name__)
 
 
-def resolve_output_shapes(path: Path, spec: ModelSpec, output_names: list[str]) -> list[tuple[int, ...] | None]:
-    """Per output (in ``output_names`` order): its shape without the batch dim, or None when not fixed."""
+def resolve_output_shapes(
+    path: Path, spec: ModelSpec, output_names: list[str], hw: tuple[int, int] | None = None
+) -> list[tuple[int, ...] | None]:
+    """Per output (in ``output_names`` order): its shape without the batch dim, or None when not fixed.
+
+    ``hw`` is the input (height, width) to pin; default the spec's nominal input size.
+    """
     import onnx
 
+    height, width = hw or (spec.input_height, spec.input_width)
     try:
         model = onnx.load(str(path), load_external_data=False)
-        _pin_input(model, spec)
+        _pin_input(model, spec.input_name, height, width)
         inferred = onnx.shape_inference.infer_shapes(model)
     except Exception as error:  # any failure only means "not preallocatable"
         logger.debug("shape inference on %s failed (%s); outputs allocated per run", path, error)
@@ -37,14 +46,14 @@ def resolve_output_shapes(path: Path, spec: ModelSpec, output_names: list[str]) 
     return [shapes.get(name) for name in output_names]
 
 
-def _pin_input(model: object, spec: ModelSpec) -> None:
+def _pin_input(model: object, input_name: str, height: int, width: int) -> None:
     """Fix the channel, height and width of the model input; the batch dim stays as declared."""
     for value in model.graph.input:  # type: ignore[attr-defined]
-        if value.name != spec.input_name:
+        if value.name != input_name:
             continue
         dims = value.type.tensor_type.shape.dim
         if len(dims) != 4:
             return
-        for dim, size in zip(dims[1:], (3, spec.input_height, spec.input_width), strict=True):
+        for dim, size in zip(dims[1:], (3, height, width), strict=True):
             if not dim.HasField("dim_value"):
                 dim.dim_value = size
