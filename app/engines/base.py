@@ -2,8 +2,10 @@
 
 The GPU stage (runs on thread ``detstream.engine``) calls :meth:`Engine.submit`
 with views into ring slots and gets a handle back at once; the postprocess
-thread calls :meth:`InferenceHandle.wait` in submission order. A synchronous
-backend (ONNX Runtime) computes inside ``submit`` and returns a done handle;
+thread calls :meth:`InferenceHandle.wait` in submission order. ONNX Runtime
+on the CPU queues one job per frame for its worker threads
+(``detstream.engine.ctx<i>``) and returns a handle that waits for them; on a
+GPU provider it computes inside ``submit`` and returns a done handle.
 TensorRT enqueues on one of its contexts' CUDA streams and returns a handle
 that waits on an event, so copies of batch k+1 overlap compute of batch k.
 """
@@ -38,19 +40,29 @@ class Engine(ABC):
     ``onnxruntime:CPUExecutionProvider``, ``tensorrt:fp16``). ``batch_sizes``
     are the sizes the engine runs natively (profiles / graphs / static batch),
     ascending; the batcher closes batches at most ``max(batch_sizes)`` large.
+
+    ``accepts_dynamic_hw`` is True when ``submit`` takes frames letterboxed to
+    a smaller rectangle than the nominal input: ``(3, h, w)`` with ``h`` and
+    ``w`` multiples of ``spec.stride``, at most ``spec.input_height`` ×
+    ``spec.input_width``, the same for every frame of one call. False (the
+    default) means every frame is ``(3, spec.input_height, spec.input_width)``.
     """
 
     backend: str
     spec: ModelSpec
     batch_sizes: tuple[int, ...]
+    accepts_dynamic_hw: bool = False
 
     @abstractmethod
     def submit(self, frames: Sequence[np.ndarray]) -> InferenceHandle:
         """Start inference on ``frames``, each ``(3, H, W)`` float32 (views into ring slots).
 
         The caller keeps the frames unmodified until the returned handle's
-        ``wait`` has returned. ``len(frames)`` may be any size up to
+        ``wait`` has returned (an engine may read them in place, from other
+        threads, until then). ``len(frames)`` may be any size up to
         ``max(batch_sizes)``; the engine pads or splits to what it runs.
+        ``H, W`` are the nominal input size unless ``accepts_dynamic_hw``.
+        Raises ValueError for frames it cannot take (count, shape, mixed shapes).
         """
 
     def warmup(self) -> None:

@@ -1,0 +1,200 @@
+"""Concurrent inference jobs on one ONNX Runtime session: the worker threads and the handles they complete.
+
+Why: on a small CPU one session whose intra-op pool spans every core loses
+time in the synchronisation of its parallel sections; N runs at once, each on
+cores/N intra-op threads, keep the cores busy (docs/engines.md has the
+measurements: 2 concurrent single-frame runs on 1-thread sessions beat one
+run on 2 threads by 5-20 %). ``InferenceSession.run_with_iobinding`` releases
+the GIL for the whole run and is thread-safe as long as every concurrent run
+has its own ``IOBinding``, so N Python threads share one session (one copy of
+the weights, one arena).
+
+A job is rows ``j*chunk .. (j+1)*chunk`` of one submitted batch (a single
+frame unless the model has a fixed batch > 1). Its binding writes the outputs
+straight into those rows of the batch's output set. The input is bound to the
+frame's own memory (a ring slot; no copy) or, for fixed-batch chunks and
+frames that are not contiguous or not the model's dtype, to rows of a staging
+array the worker fills.
+
+Threads: ``detstream.engine.ctx<i>``, owned by :class:`CpuWorkers` (started by
+its constructor, joined by :meth:`CpuWorkers.close`). The engine thread
+``detstream.engine`` queues jobs (:meth:`CpuWorkers.put`); the postprocess
+thread calls :meth:`WorkerHandle.wait`.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from app.engines.base import InferenceHandle
+from app.errors import EngineError
+
+logger = logging.getLogger(__name__)
+
+
+class WorkerHandle(InferenceHandle):
+    """One submitted batch: ``jobs`` jobs that workers complete in any order.
+
+    ``spans`` holds each job's ``time.perf_counter()`` start and end of the
+    run (rows of a preallocated array, valid as long as the outputs), for
+    metrics and tests.
+    """
+
+    __slots__ = ("_done", "_error", "_left", "_lock", "_parts", "_what", "bindings", "chunk", "frames", "input_shape",
+                 "n", "outputs", "spans", "staging")
+
+    # Two plain locks instead of an Event (a Condition and a deque each): _lock guards the count, _done is held
+    # until the last job ends, so waiting is acquiring it. A submit then allocates a few hundred bytes.
+
+    def __init__(self, what: str, frames: Sequence[np.ndarray], chunk: int, jobs: int, bindings: dict[int, Any],
+                 input_shape: tuple[int, ...], staging: np.ndarray | None, outputs: list[np.ndarray] | None,
+                 spans: np.ndarray) -> None:
+        self._what = what
+        self.frames = frames
+        self.n = len(frames)
+        self.chunk = chunk
+        self.bindings = bindings
+        self.input_shape = input_shape
+        self.staging = staging
+        self.outputs = outputs
+        self.spans = spans
+        self._parts: list[list[np.ndarray]] | None = None if outputs is not None else [[] for _ in range(jobs)]
+        self._left = jobs
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._done = threading.Lock()
+        self._done.acquire()
+
+    def wait(self) -> list[np.ndarray]:
+        """Block until every job is done (postprocess thread); raise :class:`EngineError` if one failed."""
+        self.finished()
+        if self._error is not None:
+            raise EngineError(f"{self._what}: {first_line(self._error)}") from self._error
+        if self.outputs is not None:
+            return self.outputs
+        parts = self._parts or []
+        return [np.concatenate([part[i] for part in parts])[: self.n] for i in range(len(parts[0]))]
+
+    def finished(self) -> None:
+        """Block until every job is done, without looking at the result (the engine thread, before reusing a set)."""
+        with self._done:
+            pass
+
+    def job_done(self, error: BaseException | None) -> None:
+        """Runs on a worker thread (or the closing thread): count one job off, keeping the first error."""
+        with self._lock:
+            if error is not None and self._error is None:
+                self._error = error
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            self._done.release()
+
+    def keep_outputs(self, job: int, outputs: list[np.ndarray]) -> None:
+        """Outputs ONNX Runtime allocated for one job (data-dependent sizes only)."""
+        if self._parts is not None:
+            self._parts[job] = outputs
+
+
+class CpuWorkers:
+    """``count`` threads running jobs from one FIFO on a shared session (see the module docstring)."""
+
+    def __init__(self, session: Any, input_name: str, dtype: np.dtype, count: int,
+                 name: str = "detstream.engine") -> None:
+        self._session = session
+        self._input_name = input_name
+        self._dtype = dtype
+        self._jobs: queue.SimpleQueue[tuple[WorkerHandle, int] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._threads = [threading.Thread(target=self._loop, name=f"{name}.ctx{i}", daemon=True) for i in range(count)]
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def count(self) -> int:
+        return len(self._threads)
+
+    def put(self, handle: WorkerHandle, jobs: int) -> None:
+        """Queue jobs ``0..jobs-1`` of ``handle`` (engine thread). Raises EngineError once closed."""
+        with self._lock:
+            if self._closed:
+                raise EngineError("inference workers are closed")
+            for job in range(jobs):
+                self._jobs.put((handle, job))
+
+    def close(self) -> None:
+        """Fail the jobs not started yet, let running ones finish, join the threads. Idempotent.
+
+        The session is released only after the join: freeing it under a run
+        in progress would abort the process.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        closed = EngineError("engine closed before this frame ran")
+        while True:
+            try:
+                item = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item[0].job_done(closed)
+        for _ in self._threads:
+            self._jobs.put(None)
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join()
+        self._session = None
+
+    def _loop(self) -> None:
+        """Runs on ``detstream.engine.ctx<i>``: take jobs until the sentinel."""
+        try:
+            while (item := self._jobs.get()) is not None:
+                handle, job = item
+                error: BaseException | None = None
+                try:
+                    self._run(handle, job)
+                except Exception as failure:  # reported by that handle's wait; the worker goes on
+                    logger.debug("inference job %d failed: %s", job, failure)
+                    error = failure
+                finally:
+                    handle.job_done(error)
+        except Exception:
+            logger.exception("inference worker %s crashed", threading.current_thread().name)
+
+    def _run(self, handle: WorkerHandle, job: int) -> None:
+        binding = handle.bindings[job]
+        source = handle.frames[job] if handle.staging is None else self._stage(handle, job)
+        binding.bind_input(self._input_name, "cpu", 0, self._dtype, handle.input_shape, source.ctypes.data)
+        spans = handle.spans
+        spans[job, 0] = time.perf_counter()
+        self._session.run_with_iobinding(binding)
+        spans[job, 1] = time.perf_counter()
+        if handle.outputs is None:
+            handle.keep_outputs(job, binding.copy_outputs_to_cpu())
+
+    @staticmethod
+    def _stage(handle: WorkerHandle, job: int) -> np.ndarray:
+        """Copy this job's frames into its staging rows (the padding of a last fixed-size chunk zeroed)."""
+        start = job * handle.chunk
+        rows = handle.staging[start : start + handle.chunk]  # type: ignore[index]
+        count = max(0, min(handle.n - start, handle.chunk))
+        for i in range(count):
+            np.copyto(rows[i], handle.frames[start + i], casting="same_kind")
+        rows[count:] = 0
+        return rows
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's text (ONNX Runtime messages run to many lines), or its type."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
