@@ -62,12 +62,11 @@ def letterbox_into(rgb: np.ndarray, out: np.ndarray, pixel_scale: float = 1.0 / 
     resized = rgb if same else cv2.resize(rgb, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
     px, py = int(box.pad_x), int(box.pad_y)
     pad = PAD_VALUE * pixel_scale
-    if py:
-        out[:, :py, :] = pad
-        out[:, py + new_h:, :] = pad
-    if px:
-        out[:, :, :px] = pad
-        out[:, :, px + new_w:] = pad
+    # Both sides always: a total padding of one pixel puts 0 on the top/left and 1 on the bottom/right.
+    out[:, :py, :] = pad
+    out[:, py + new_h:, :] = pad
+    out[:, :, :px] = pad
+    out[:, :, px + new_w:] = pad
     scale = np.float32(pixel_scale)
     for channel, plane in enumerate(cv2.split(resized)):  # contiguous planes: a fast strided-free multiply
         np.multiply(plane, scale, out=out[channel, py:py + new_h, px:px + new_w], casting="unsafe")

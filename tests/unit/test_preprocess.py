@@ -67,3 +67,12 @@ def test_channels_keep_their_order_rgb_in_rgb_out():
     out = np.zeros((3, 96, 192), np.float32)
     letterbox_into(rgb, out)
     assert [round(float(out[c, 48, 96]) * 255) for c in range(3)] == [10, 20, 30]
+
+
+def test_a_single_row_of_padding_is_written_even_when_it_all_falls_below_the_frame():
+    rgb = np.full((95, 100, 3), 50, np.uint8)  # scales to exactly 95 rows in a 96-row input: 0 above, 1 below
+    out = np.full((3, 96, 100), -1.0, np.float32)  # what the slot's previous frame left behind
+    box = letterbox_into(rgb, out)
+    assert box.pad_y == 0
+    assert np.allclose(out[:, 95, :], PAD_VALUE / 255)
+    assert (out >= 0).all()
