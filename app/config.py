@@ -141,11 +141,13 @@ class EngineConfig(StrictModel):
     backend: Literal["auto", "tensorrt", "onnxruntime"] = "auto"
     max_batch: int = Field(8, ge=1, le=256)
     max_wait_ms: float = Field(10.0, ge=0)
-    contexts: int = Field(2, ge=1, le=16, description="TensorRT execution contexts / CUDA streams")
+    contexts: int = Field(2, ge=1, le=16, description="TensorRT execution contexts / CUDA streams; on ONNX Runtime's "
+                          "CPU provider, concurrent single-frame inference workers sharing one session")
     precision: Literal["fp32", "fp16", "int8"] = "fp16"
     cuda_graphs: bool = True
     ring_slots: int | None = Field(None, ge=2, description="preallocated frame buffers; default from batch and sources")
-    intra_op_threads: int | None = Field(None, ge=1, description="ONNX Runtime threads; default physical cores")
+    intra_op_threads: int | None = Field(None, ge=1, description="ONNX Runtime intra-op threads per run; default "
+                                         "physical cores // contexts on the CPU provider, physical cores on a GPU one")
     cache_dir: str | None = Field(None, description="TensorRT engine cache; default ~/.cache/detstream/engines")
     calib: str | None = Field(None, description="INT8 calibration video or folder")
 
