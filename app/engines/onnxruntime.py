@@ -157,7 +157,7 @@ class OrtEngine(Engine):
             entry = self._outputs.entry(hw)
             self._set = (self._set + 1) % self._outputs.count  # earlier handles may still be read
             if self._workers is not None:
-                return self._queue_jobs(frames, entry, self._set)
+                return self._queue_jobs(self._workers, frames, entry, self._set)
             try:
                 return DoneHandle(self._run_batch(frames, entry, self._set))
             except EngineError:
@@ -182,7 +182,6 @@ class OrtEngine(Engine):
         if self._workers is not None:
             self._workers.close()
         self._last = [None] * len(self._last)
-        self._outputs = None  # type: ignore[assignment]
         self._session = None
 
     def _check(self, frames: Sequence[np.ndarray]) -> tuple[int, int]:
@@ -210,7 +209,7 @@ class OrtEngine(Engine):
                              f"{spec.stride} up to {spec.input_height}x{spec.input_width}")
         return height, width
 
-    def _queue_jobs(self, frames: Sequence[np.ndarray], entry: ShapeEntry, s: int) -> WorkerHandle:
+    def _queue_jobs(self, workers: CpuWorkers, frames: Sequence[np.ndarray], entry: ShapeEntry, s: int) -> WorkerHandle:
         """CPU provider: one job per frame (per chunk for a fixed batch > 1), bound in place where possible."""
         previous = self._last[s]
         if previous is not None:
@@ -227,8 +226,7 @@ class OrtEngine(Engine):
         handle = WorkerHandle(self._what, frames, chunk, jobs, bindings, entry.job_shape, staging,
                               entry.first_rows(s, len(frames)), self._spans[s])
         self._last[s] = handle
-        assert self._workers is not None
-        self._workers.put(handle, jobs)
+        workers.put(handle, jobs)
         return handle
 
     def _run_batch(self, frames: Sequence[np.ndarray], entry: ShapeEntry, s: int) -> list[np.ndarray]:
