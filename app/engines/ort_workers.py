@@ -47,8 +47,8 @@ class WorkerHandle(InferenceHandle):
     metrics and tests.
     """
 
-    __slots__ = ("_done", "_error", "_left", "_lock", "_parts", "_what", "bindings", "chunk", "frames", "input_shape",
-                 "n", "outputs", "spans", "staging")
+    __slots__ = ("_done", "_error", "_left", "_lock", "_parts", "_what", "bindings", "chunk", "done_at", "frames",
+                 "input_shape", "n", "outputs", "spans", "staging")
 
     # Two plain locks instead of an Event (a Condition and a deque each): _lock guards the count, _done is held
     # until the last job ends, so waiting is acquiring it. A submit then allocates a few hundred bytes.
@@ -67,6 +67,7 @@ class WorkerHandle(InferenceHandle):
         self.spans = spans
         self._parts: list[list[np.ndarray]] | None = None if outputs is not None else [[] for _ in range(jobs)]
         self._left = jobs
+        self.done_at: float | None = None  # time.monotonic() when the last job ended: the batch's inference time
         self._error: BaseException | None = None
         self._lock = threading.Lock()
         self._done = threading.Lock()
@@ -95,6 +96,7 @@ class WorkerHandle(InferenceHandle):
             self._left -= 1
             last = self._left == 0
         if last:
+            self.done_at = time.monotonic()
             self._done.release()
 
     def keep_outputs(self, job: int, outputs: list[np.ndarray]) -> None:

@@ -216,3 +216,18 @@ def test_intra_op_threads_share_the_physical_cores_among_the_cpu_workers(
 def test_gpu_providers_keep_all_cores_for_their_synchronous_runs() -> None:
     config = EngineConfig(backend="onnxruntime", contexts=4)
     assert intra_op_threads(config, "CUDAExecutionProvider") == physical_cores()
+
+
+def test_a_batch_records_when_its_last_frame_finished_not_when_someone_waited_for_it(tmp_path: Path) -> None:
+    """The published ``infer`` latency must not include time the batch spent waiting for the postprocess thread."""
+    import time
+
+    spec = make_model(tmp_path / "tiny.onnx", None)
+    engine = OrtEngine(spec, _config(contexts=2))
+    submitted = time.monotonic()
+    handle = engine.submit(list(random_frames(3, seed=1)))
+    time.sleep(0.3)  # the postprocess thread is busy elsewhere
+    handle.wait()
+    waited = time.monotonic()
+    assert handle.done_at is not None and submitted <= handle.done_at < waited - 0.2
+    engine.close()
