@@ -18,13 +18,17 @@ def create_source(
     on_status: StatusCallback,
     *,
     input_hw: tuple[int, int],
+    stride: int = 32,
+    rect: bool = False,
     pixel_scale: float = 1.0 / 255.0,
     keep_image: bool = False,
 ) -> FrameSource:
     """A started-on-demand source for ``config`` feeding ``sink``; call ``start()`` to run it.
 
-    ``input_hw`` is the model input ``(height, width)`` of the sink's slots.
+    ``input_hw`` is the model input ``(height, width)`` of the sink's slots; with ``rect``
+    frames are letterboxed to the smallest multiple of ``stride`` that holds them.
     """
     from app.sources.pyav import PyAVSource  # PyAV is imported only when a source is built
 
-    return PyAVSource(config, sink, on_status, input_hw=input_hw, pixel_scale=pixel_scale, keep_image=keep_image)
+    return PyAVSource(config, sink, on_status, input_hw=input_hw, stride=stride, rect=rect, pixel_scale=pixel_scale,
+                      keep_image=keep_image)

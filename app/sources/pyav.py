@@ -23,10 +23,11 @@ from dataclasses import replace
 
 import av
 import cv2
+import numpy as np
 
 from app.config import SourceConfig, SourceKind, SourceMode
 from app.errors import SourceConnectionError, StateError
-from app.preprocess import letterbox_into
+from app.preprocess import fit_input_size, letterbox_into
 from app.redact import redact_url
 from app.sources import interrupt
 from app.sources.backoff import Backoff
@@ -35,6 +36,7 @@ from app.sources.failures import FailureKind, describe
 from app.sources.hwdecode import hwaccel_for
 from app.sources.opening import open_container, source_error
 from app.sources.pacing import Decimator, RealtimePacer
+from app.sources.rgb import RgbConverter
 from app.types import FrameMeta
 
 logger = logging.getLogger(__name__)
@@ -47,6 +49,8 @@ class PyAVSource(FrameSource):
     """Decodes one source into the sink on its own thread; never raises out of it.
 
     ``input_hw`` is the model input ``(height, width)`` the sink's slots have;
+    with ``rect`` each frame is letterboxed to the smallest multiple of
+    ``stride`` that holds it instead (:func:`app.preprocess.fit_input_size`);
     ``pixel_scale`` multiplies pixels (1/255 for YOLO); ``keep_image`` keeps a
     BGR copy of each frame in ``FrameMeta.image`` (for annotation).
     ``backoff`` replaces the one built from ``config.reconnect`` (tests).
@@ -59,6 +63,8 @@ class PyAVSource(FrameSource):
         on_status: StatusCallback,
         *,
         input_hw: tuple[int, int],
+        stride: int = 32,
+        rect: bool = False,
         pixel_scale: float = 1.0 / 255.0,
         keep_image: bool = False,
         backoff: Backoff | None = None,
@@ -68,6 +74,10 @@ class PyAVSource(FrameSource):
         self.config = config
         self.stream_id = config.id
         self.input_hw = input_hw
+        self._stride = stride
+        self._rect = rect
+        self._sizes: dict[tuple[int, int], tuple[int, int]] = {}  # frame (w, h) -> input (h, w)
+        self._rgb = RgbConverter()  # its buffer is reused: letterbox and annotation copy out of it
         self._sink = sink
         self._on_status = on_status
         self._pixel_scale = pixel_scale
@@ -296,7 +306,7 @@ class PyAVSource(FrameSource):
         if self._pacer is not None and not self._pacer.wait(pts_s, self._stop.wait):
             return False
         started = time.perf_counter()
-        rgb = frame.to_ndarray(format="rgb24")
+        rgb = self._rgb.convert(frame)
         decode_ms += (time.perf_counter() - started) * 1000.0
         captured_at, t_captured = time.time(), time.monotonic()
         seq = self._seq
@@ -308,7 +318,7 @@ class PyAVSource(FrameSource):
             self._sink.count_drop(self.stream_id)
             return True
         try:
-            box = letterbox_into(rgb, slot.array, self._pixel_scale)
+            box = letterbox_into(rgb, slot.shape_to(*self._input_size(rgb)), self._pixel_scale)
         except BaseException:
             self._sink.abandon(slot)
             raise
@@ -321,6 +331,15 @@ class PyAVSource(FrameSource):
             self._backoff.running()
             self._report(SourceState.RUNNING, f"{self.config.safe_url}: {rgb.shape[1]}x{rgb.shape[0]}")
         return True
+
+    def _input_size(self, rgb: np.ndarray) -> tuple[int, int]:
+        """The model input (height, width) for a frame of this size (cached: a camera rarely changes size)."""
+        key = (rgb.shape[1], rgb.shape[0])
+        size = self._sizes.get(key)
+        if size is None:
+            size = self._sizes[key] = fit_input_size(*key, self.input_hw[1], self.input_hw[0], self._stride,
+                                                     self._rect)
+        return size
 
     def _hwaccel(self) -> object | None:
         if self.config.decode != "cuda" or self._hw_disabled:
