@@ -133,6 +133,9 @@ class ModelConfig(StrictModel):
     iou_threshold: float = Field(0.45, ge=0, le=1)
     classes: list[str] | None = Field(None, description="keep only these labels")
     max_detections: int = Field(300, ge=1)
+    rect: bool = Field(True, description="letterbox each frame to the smallest multiple of the model's stride that "
+                       "holds it (4:3 -> 416x320) instead of the full square input, when the model's input size is "
+                       "dynamic and the engine accepts it; less padding, less compute")
 
 
 class EngineConfig(StrictModel):

@@ -88,6 +88,16 @@ def ring_geometry(config: DetstreamConfig, engine_max_batch: int) -> tuple[int, 
     return quota * streams, quota
 
 
+def use_rect(config: DetstreamConfig, engine: Engine) -> bool:
+    """Rectangular letterboxing: asked for (``model.rect``) and possible (dynamic model input, engine accepts it)."""
+    return bool(config.model.rect and engine.spec.dynamic_hw and engine.accepts_dynamic_hw)
+
+
+def in_flight_batches(config: DetstreamConfig) -> int:
+    """Submitted batches the engine stage may queue for the postprocess thread: one per context, at least two."""
+    return max(2, config.engine.contexts)
+
+
 def _return_freed_memory() -> None:
     """Give the ~100 MB that ONNX Runtime's load and graph optimisation freed back to the OS (glibc keeps it)."""
     try:
@@ -150,22 +160,24 @@ class Pipeline:
         engine = self._engine
         _return_freed_memory()
         self.metrics.engine.info({"backend": engine.backend, "model": spec.name, "sha256": spec.sha256[:16]})
-        logger.info("model %s (%dx%d, %s) on %s", spec.name, spec.input_width, spec.input_height, spec.layout,
-                    engine.backend)
+        logger.info("model %s (%dx%d%s, %s) on %s", spec.name, spec.input_width, spec.input_height,
+                    ", rectangular inputs" if use_rect(cfg, engine) else "", spec.layout, engine.backend)
         slots, quota = ring_geometry(cfg, max(engine.batch_sizes))
         ring = FrameRing(slots, spec.input_height, spec.input_width, self._allocator(engine))
         decoded = self.metrics.frames_decoded
         batcher = Batcher(ring, cfg.engine.max_batch, cfg.engine.max_wait_ms / 1e3, quota,
                           on_admit=lambda stream_id: decoded.labels(stream=stream_id).inc())
         keep_image = cfg.annotate.dir is not None
+        rect = use_rect(cfg, engine)
         for source_cfg in cfg.sources:
             live = source_cfg.effective_mode is SourceMode.LIVE
             batcher.add_stream(source_cfg.id, live, source_cfg.max_staleness_ms / 1e3)
             self._sources.append(create_source(source_cfg, batcher, self._statuses.put,
-                                               input_hw=(spec.input_height, spec.input_width),
-                                               pixel_scale=spec.scale, keep_image=keep_image))
-        in_flight = max(2, cfg.engine.contexts) if engine.backend.startswith("tensorrt") else 2
-        submitted: queue.Queue = queue.Queue(maxsize=in_flight)  # bounded by the engine's output sets
+                                               input_hw=(spec.input_height, spec.input_width), stride=spec.stride,
+                                               rect=rect, pixel_scale=spec.scale, keep_image=keep_image))
+        # Handles waiting for the postprocess thread: enough to keep every context busy, bounded by the
+        # engine's output sets (which outlive this many handles plus one being read and one being submitted).
+        submitted: queue.Queue = queue.Queue(maxsize=in_flight_batches(cfg))
         if keep_image:
             by_id = {s.stream_id: s for s in self._sources}
             self._annotate = AnnotateSink(Path(cfg.annotate.dir), spec.class_names, cfg.annotate.snapshots,
