@@ -11,9 +11,20 @@ fi
 need=()
 if [ "$what" = test ]; then
   command -v ffmpeg >/dev/null || need+=(ffmpeg)
-  /usr/bin/python3 -c "import gi; gi.require_version('GstRtspServer', '1.0'); from gi.repository import GstRtspServer" \
-    2>/dev/null || need+=(python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good \
-                          gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly gstreamer1.0-libav gstreamer1.0-tools)
+  # Every element scripts/rtsp_server.py launches, not just the server library: timeoverlay comes with
+  # gstreamer1.0-x on Debian (a mere recommends, which --no-install-recommends skips).
+  /usr/bin/python3 - <<'PY' 2>/dev/null || need+=(python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base \
+      gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly gstreamer1.0-libav \
+      gstreamer1.0-x gstreamer1.0-tools)
+import sys
+import gi
+gi.require_version("Gst", "1.0")
+gi.require_version("GstRtspServer", "1.0")
+from gi.repository import Gst, GstRtspServer  # noqa: F401
+Gst.init(None)
+elements = ("videotestsrc", "timeoverlay", "x264enc", "rtph264pay", "filesrc", "qtdemux", "h264parse", "queue")
+sys.exit(1 if [e for e in elements if Gst.ElementFactory.find(e) is None] else 0)
+PY
 fi
 lists=$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' 2>/dev/null | head -1)
 if [ -z "$lists" ] || [ ${#need[@]} -gt 0 ]; then
