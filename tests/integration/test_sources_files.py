@@ -23,11 +23,24 @@ INPUT_HW = (128, 128)  # a 320x240 frame fits as 128x96 with 16 rows of padding 
 
 
 def run_source(config: SourceConfig, sink: DrainedBatcher, log: StatusLog, timeout_s: float = 20, **kwargs):
-    source = create_source(config, sink, log, input_hw=INPUT_HW, **kwargs)
+    """Decode ``config`` into ``sink`` to its end; the model input is the sink's own slot size."""
+    source = create_source(config, sink, log, input_hw=tuple(sink.ring.buffer.shape[2:]), **kwargs)
     source.start()
     assert source.join(timeout_s), f"{config.id} did not end within {timeout_s} s"
     assert sink.wait_ended(config.id, 5)
     return source
+
+
+def test_with_rect_a_4_by_3_clip_fills_a_96_row_view_of_each_128_square_slot(h264_clip):
+    shapes: list[tuple[int, ...]] = []
+    sink = DrainedBatcher(["rect"], live=False, input_hw=INPUT_HW, inspect=lambda slot: shapes.append(slot.array.shape))
+    try:
+        run_source(SourceConfig(id="rect", url=str(h264_clip)), sink, StatusLog(), rect=True, stride=32)
+    finally:
+        sink.close()
+    box = sink.received["rect"][0].meta.letterbox
+    assert len(shapes) == 60 and set(shapes) == {(3, 96, 128)}  # 320x240 scaled by 0.4 is 128x96: no padding
+    assert (box.scale, box.pad_x, box.pad_y) == (0.4, 0, 0)
 
 
 def test_every_frame_of_a_60_frame_clip_arrives_in_order_with_its_letterbox(h264_clip):
