@@ -3,8 +3,13 @@
 The engine is the one the pipeline builds (:func:`app.engines.create_engine`
 with the pipeline's :class:`EngineConfig`; on a machine without a GPU that is
 :class:`app.engines.onnxruntime.OrtEngine` on the CPU provider), fed the same
-kind of arrays the ring slots hold. No decoding, no queues, no postprocess:
-what is left is the most frames per second the pipeline could ever reach.
+arrays the ring slots hold: letterboxed exactly as the decoder threads do it,
+at the same input size (rectangular when the pipeline uses rectangular
+inputs, so each clip has its own ceiling), and with as many batches in flight
+as the pipeline keeps (:func:`app.pipeline.in_flight_batches` plus the one the
+postprocess thread is reading), so the engine's contexts overlap as they do in
+a run. No decoding, no queues, no postprocess: what is left is the most frames
+per second the pipeline could ever reach.
 
 Repeats are interleaved (every batch size once, then again), so that a noisy
 minute on a shared machine does not land on one batch size only.
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 from typing import Any
 
 import av
@@ -22,18 +28,26 @@ import numpy as np
 from app.bench.common import Background, stat
 from app.engines.base import Engine
 from app.postprocess.yolo import decode_batch
-from app.preprocess import letterbox_into
+from app.preprocess import fit_input_size, letterbox_into
 from app.ring import aligned_empty
+from app.sources.rgb import RgbConverter
 from app.types import Letterbox, ModelSpec
 
 
-def load_frames(clip: str, count: int, spec: ModelSpec) -> tuple[list[np.ndarray], list[Letterbox]]:
-    """The first ``count`` frames of ``clip``, letterboxed exactly as the decoder threads do it."""
+def load_frames(clip: str, count: int, spec: ModelSpec, rect: bool = False) -> tuple[list[np.ndarray], list[Letterbox]]:
+    """The first ``count`` frames of ``clip``, letterboxed exactly as the decoder threads do it.
+
+    ``rect``: to the smallest multiple of the model's stride that holds the frame, as the pipeline does
+    when :func:`app.pipeline.use_rect` says so; else to the full input size.
+    """
     frames, boxes = [], []
+    rgb = RgbConverter()  # the decoder threads' own conversion, so the pixels are the pipeline's
     with av.open(clip) as container:
         for frame in container.decode(video=0):
-            slot = aligned_empty((3, spec.input_height, spec.input_width))
-            boxes.append(letterbox_into(frame.to_ndarray(format="rgb24"), slot, spec.scale))
+            height, width = fit_input_size(frame.width, frame.height, spec.input_width, spec.input_height,
+                                           spec.stride, rect)
+            slot = aligned_empty((3, height, width))
+            boxes.append(letterbox_into(rgb.convert(frame), slot, spec.scale))
             frames.append(slot)
             if len(frames) >= count:
                 break
@@ -45,8 +59,8 @@ def load_frames(clip: str, count: int, spec: ModelSpec) -> tuple[list[np.ndarray
 def prepare(engine: Engine, frames: list[np.ndarray], batch_sizes: list[int]) -> list[int]:
     """The batch sizes ``submit`` accepts, each called once (the first call of a size binds its buffers).
 
-    The engine may accept larger batches than the pipeline builds (``engine.batch_sizes``; on the CPU
-    provider the pipeline stops at 4): model-only measures every size it accepts.
+    The engine may accept larger batches than the pipeline builds (``engine.batch_sizes``): model-only
+    measures every size it accepts, and the table says which ones the pipeline builds.
     """
     sizes = []
     for b in batch_sizes:
@@ -59,12 +73,15 @@ def prepare(engine: Engine, frames: list[np.ndarray], batch_sizes: list[int]) ->
 
 
 def measure_round(engine: Engine, frames: list[np.ndarray], sizes: list[int], seconds: float,
-                  min_batches: int = 3) -> dict[str, Any]:
-    """One timed run per batch size: ``{"fps": {b: ...}, "ms": {b: ...}, "background_cores": ...}``."""
+                  min_batches: int = 3, in_flight: int = 1) -> dict[str, Any]:
+    """One timed run per batch size: ``{"fps": {b: ...}, "ms": {b: ...}, "background_cores": ...}``.
+
+    ``in_flight``: batches submitted and not yet waited for, as the pipeline keeps them (1 = one at a time).
+    """
     background = Background()
     fps, ms, cpu = {}, {}, {}
     for b in sizes:
-        fps[b], ms[b], cpu[b] = _timed_run(engine, frames, b, seconds, min_batches)
+        fps[b], ms[b], cpu[b] = _timed_run(engine, frames, b, seconds, min_batches, in_flight)
     return {"fps": fps, "ms": ms, "cpu_ms_per_frame": cpu, "background_cores": background.cores()}
 
 
@@ -87,10 +104,10 @@ def summarize(rounds: list[dict[str, Any]], engine_name: str, frames_in_memory: 
 
 
 def run_model_only(engine: Engine, frames: list[np.ndarray], batch_sizes: list[int], repeats: int,
-                   seconds: float) -> dict[str, Any]:
+                   seconds: float, in_flight: int = 1) -> dict[str, Any]:
     """fps and ms per batch for each batch size, median of ``repeats`` interleaved rounds."""
     sizes = prepare(engine, frames, batch_sizes)
-    rounds = [measure_round(engine, frames, sizes, seconds) for _ in range(repeats)]
+    rounds = [measure_round(engine, frames, sizes, seconds, in_flight=in_flight) for _ in range(repeats)]
     return summarize(rounds, engine.backend, len(frames), seconds, engine.batch_sizes)
 
 
@@ -99,19 +116,32 @@ def _batch(frames: list[np.ndarray], start: int, size: int) -> list[np.ndarray]:
 
 
 def _timed_run(engine: Engine, frames: list[np.ndarray], size: int, seconds: float,
-               min_batches: int) -> tuple[float, float, float]:
-    """(fps, median ms per batch, CPU ms per frame of this process: ONNX Runtime's pool included)."""
+               min_batches: int, in_flight: int = 1) -> tuple[float, float, float]:
+    """(fps, median ms per batch from submit to results, CPU ms per frame of this process).
+
+    Keeps up to ``in_flight`` batches submitted; the clock stops when the last one's results are in.
+    """
     times = []
+    pending: deque[tuple[float, Any]] = deque()
     cpu0 = _cpu_s()
     started = time.perf_counter()
-    done = 0
-    while done < min_batches or time.perf_counter() - started < seconds:
-        t0 = time.perf_counter()
-        engine.submit(_batch(frames, done * size, size)).wait()
-        times.append(time.perf_counter() - t0)
-        done += 1
+    submitted = 0
+    while submitted < min_batches or time.perf_counter() - started < seconds:
+        pending.append((time.perf_counter(), engine.submit(_batch(frames, submitted * size, size))))
+        submitted += 1
+        while len(pending) >= max(1, in_flight):
+            _finish(pending, times)
+    while pending:
+        _finish(pending, times)
     elapsed = time.perf_counter() - started
-    return done * size / elapsed, float(np.median(times)) * 1e3, (_cpu_s() - cpu0) * 1e3 / (done * size)
+    frames_done = submitted * size
+    return frames_done / elapsed, float(np.median(times)) * 1e3, (_cpu_s() - cpu0) * 1e3 / frames_done
+
+
+def _finish(pending: deque[tuple[float, Any]], times: list[float]) -> None:
+    t0, handle = pending.popleft()
+    handle.wait()
+    times.append(time.perf_counter() - t0)
 
 
 def _cpu_s() -> float:

@@ -55,13 +55,18 @@ def detect(session, input_name, frame, size, conf_threshold, iou_threshold):
 
 
 def naive_loop(clip: str, model_path: str, providers: list[str], conf_threshold: float, iou_threshold: float,
-               max_frames: int | None = None) -> dict[str, Any]:
-    """Run the tutorial loop over ``clip``; fps counts the loop only (opening the capture included)."""
+               max_frames: int | None = None, input_size: tuple[int, int] = (416, 416)) -> dict[str, Any]:
+    """Run the tutorial loop over ``clip``; fps counts the loop only (opening the capture included).
+
+    The input size is the model's own when its file fixes it, else ``input_size`` (height, width): a
+    tutorial hardcodes the size the model was trained at (416x416 for yolov3-tiny).
+    """
     t_load = time.perf_counter()
     session = ort.InferenceSession(model_path, providers=providers)
     load_s = time.perf_counter() - t_load
     model_input = session.get_inputs()[0]
-    size = (int(model_input.shape[2]), int(model_input.shape[3]))
+    declared = model_input.shape[2:4]
+    size = tuple(declared) if all(isinstance(d, int) and d > 0 for d in declared) else tuple(input_size)
 
     background = Background()
     started = time.perf_counter()

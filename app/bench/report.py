@@ -36,7 +36,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append({"name": name, "value": value, "target": target, "pass": ok})
 
     for label, ratio in results.get("ratios", {}).items():
-        for key, name, wanted in (("e2e_over_model_only", "model-only", 0.95), ("e2e_over_naive", "naive", 1.15)):
+        for key, name, wanted in (("e2e_over_model_only", f"model-only at batch {ratio.get('model_only_batch')}", 0.95),
+                                  ("e2e_over_naive", "naive", 1.15)):
             value = ratio.get(key, {}).get("median")
             add(f"file e2e / {name} ({label})", value, f">= {wanted:g}", None if value is None else value >= wanted)
     live = results.get("live", {})
@@ -116,7 +117,7 @@ def _machine(console: Console, results: dict[str, Any]) -> None:
 def background_summary(results: dict[str, Any]) -> str:
     """How busy the machine was with other work while we measured (cores, median of runs, max)."""
     values = []
-    for entry in [results.get("model_only", {}), *results.get("naive", {}).values(), *results.get("file", {}).values(),
+    for entry in [*_model_only_entries(results), *results.get("naive", {}).values(), *results.get("file", {}).values(),
                   *results.get("live", {}).get("steps", []), results.get("live", {}).get("overload") or {}]:
         runs = (entry.get("background_cores") or {}).get("runs") or []
         values.extend(runs)
@@ -127,41 +128,59 @@ def background_summary(results: dict[str, Any]) -> str:
             "(0 on a quiet machine)")
 
 
+def _model_only_entries(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The model-only summaries, one per clip (results before per-clip model-only had one, under ``model_only``)."""
+    by_clip = results.get("model_only_by_clip")
+    if by_clip:
+        return list(by_clip.values())
+    return [results["model_only"]] if results.get("model_only") else []
+
+
+def throughput_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """(benchmark, clip, fps, ms / batch, notes) for every throughput figure; the console and Markdown tables."""
+    rows = []
+    for model_only in _model_only_entries(results):
+        built = model_only.get("pipeline_batch_sizes") or []
+        shape = "x".join(str(d) for d in model_only.get("input_hw", [])) or "?"
+        for b, entry in model_only["batches"].items():
+            note = "" if not built or int(b) in built else "; the pipeline does not build this size"
+            rows.append((f"model-only, batch {b}", f"{model_only['clip']} ({shape})", spread(entry["fps"]),
+                         spread(entry["ms_per_batch"]),
+                         f"CPU {entry['cpu_ms_per_frame']['median']} ms/frame{note}"))
+    for label, entry in results.get("naive", {}).items():
+        rows.append(("naive loop", label, spread(entry["fps"]), "", f"{entry['frames']} frames"))
+    for label, entry in results.get("file", {}).items():
+        notes = (f"wall {spread(entry['wall_s'], ' s')} incl. start-up; mean batch {entry['mean_batch']}; "
+                 f"CPU {entry['cpu_ms_per_frame']['median']} ms/frame")
+        rows.append(("detstream file mode", label, spread(entry["fps"]), "",
+                     notes + ("; lossless" if entry["lossless"] else "; NOT LOSSLESS")))
+    int8 = results.get("int8", {})
+    for b, entry in int8.get("model_only", {}).get("batches", {}).items():
+        rows.append((f"INT8 model-only, batch {b}", int8.get("clip", ""), spread(entry["fps"]),
+                     spread(entry["ms_per_batch"]), ""))
+    for label, entry in int8.get("file", {}).items():
+        rows.append(("INT8 file mode", label, spread(entry["fps"]), "",
+                     f"{entry.get('speedup_vs_fp32', '-')}x fp32 file mode"))
+    if int8:
+        rows.append(("INT8 speedup, model-only", int8.get("clip", ""), spread(int8.get("speedup_model_only_runs")),
+                     "", f"paired with fp32 per round; F1 vs fp32 {int8.get('f1', '-')} ({int8.get('method', '')})"))
+    for label, ratio in results.get("ratios", {}).items():
+        used, best = ratio.get("model_only_batch"), ratio.get("model_only_best_batch")
+        for key, what in (("e2e_over_model_only", f"model-only at the pipeline's batch ({used})"),
+                          ("e2e_over_model_only_best", f"model-only at its best batch ({best})"),
+                          ("e2e_over_naive", "the naive loop")):
+            if key in ratio:
+                rows.append((f"ratio e2e / {what}", label, spread(ratio[key]),
+                             "", f"paired per repeat; ratio of medians {ratio[key + '_of_medians']}"))
+    return rows
+
+
 def _throughput(console: Console, results: dict[str, Any]) -> None:
     table = Table(title="throughput (fps: median (min–max) of repeats)")
     for column in ("benchmark", "clip", "fps", "ms / batch", "notes"):
         table.add_column(column)
-    model_only = results.get("model_only")
-    if model_only:
-        built = model_only.get("pipeline_batch_sizes") or []
-        for b, entry in model_only["batches"].items():
-            note = "" if not built or int(b) in built else "; the pipeline does not build this size"
-            table.add_row(f"model-only, batch {b}", model_only["clip"], spread(entry["fps"]),
-                          spread(entry["ms_per_batch"]),
-                          f"{entry['ms_per_frame']} ms/frame; CPU {entry['cpu_ms_per_frame']['median']} ms/frame{note}")
-    for label, entry in results.get("naive", {}).items():
-        table.add_row("naive loop", label, spread(entry["fps"]), "", f"{entry['frames']} frames")
-    for label, entry in results.get("file", {}).items():
-        notes = (f"wall {spread(entry['wall_s'], ' s')} incl. startup; mean batch {entry['mean_batch']}; "
-                 f"CPU {entry['cpu_ms_per_frame']['median']} ms/frame")
-        if not entry["lossless"]:
-            notes += "; NOT LOSSLESS"
-        table.add_row("detstream file mode", label, spread(entry["fps"]), "", notes)
-    int8 = results.get("int8", {})
-    for b, entry in int8.get("model_only", {}).get("batches", {}).items():
-        table.add_row(f"INT8 model-only, batch {b}", int8.get("clip", ""), spread(entry["fps"]),
-                      spread(entry["ms_per_batch"]), "")
-    for label, entry in int8.get("file", {}).items():
-        table.add_row("INT8 file mode", label, spread(entry["fps"]), "",
-                      f"{entry.get('speedup_vs_fp32', '-')}x fp32 file mode")
-    if int8:
-        table.add_row("INT8 speedup, model-only", int8.get("clip", ""), spread(int8.get("speedup_model_only_runs")),
-                      "", f"paired with fp32 per round; F1 vs fp32 {int8.get('f1', '-')} ({int8.get('method', '')})")
-    for label, ratio in results.get("ratios", {}).items():
-        for key in ("e2e_over_model_only", "e2e_over_naive"):
-            if key in ratio:
-                table.add_row(f"ratio {key.replace('_over_', ' / ').replace('_', '-')}", label, spread(ratio[key]),
-                              "", f"paired per repeat; ratio of medians {ratio[key + '_of_medians']}")
+    for row in throughput_rows(results):
+        table.add_row(*row)
     console.print(table)
 
 
@@ -239,33 +258,7 @@ def markdown(results: dict[str, Any]) -> str:
              f"onnxruntime {m['onnxruntime']} ({', '.join(m['providers'])}); commit {m['commit']}. "
              f"Other processes during the runs: {background_summary(results)}.", ""]
     lines += ["| benchmark | clip | fps, median (min–max) | ms / batch | notes |", "| --- | --- | --- | --- | --- |"]
-    model_only = results.get("model_only")
-    if model_only:
-        built = model_only.get("pipeline_batch_sizes") or []
-        for b, entry in model_only["batches"].items():
-            note = "" if not built or int(b) in built else " (the pipeline does not build this size)"
-            cpu = entry["cpu_ms_per_frame"]["median"]
-            lines.append(f"| model-only, batch {b} | {model_only['clip']} | {spread(entry['fps'])} | "
-                         f"{spread(entry['ms_per_batch'])} | CPU {cpu} ms/frame{note} |")
-    for label, entry in results.get("naive", {}).items():
-        lines.append(f"| naive loop | {label} | {spread(entry['fps'])} | | {entry['frames']} frames |")
-    for label, entry in results.get("file", {}).items():
-        lines.append(f"| detstream file mode | {label} | {spread(entry['fps'])} | | "
-                     f"wall {spread(entry['wall_s'], ' s')} incl. start-up; mean batch {entry['mean_batch']}; "
-                     f"CPU {entry['cpu_ms_per_frame']['median']} ms/frame; lossless {entry['lossless']} |")
-    int8 = results.get("int8", {})
-    for b, entry in int8.get("model_only", {}).get("batches", {}).items():
-        lines.append(f"| INT8 model-only, batch {b} | {int8.get('clip', '')} | {spread(entry['fps'])} | "
-                     f"{spread(entry['ms_per_batch'])} | |")
-    for label, entry in int8.get("file", {}).items():
-        lines.append(f"| INT8 file mode | {label} | {spread(entry['fps'])} | | "
-                     f"{entry.get('speedup_vs_fp32', '-')}× fp32 file mode |")
-    for label, ratio in results.get("ratios", {}).items():
-        for key in ("e2e_over_model_only", "e2e_over_naive"):
-            if key in ratio:
-                lines.append(f"| ratio {key.replace('_over_', ' / ').replace('_', '-')} | {label} | "
-                             f"{spread(ratio[key])} | | paired per repeat; ratio of medians "
-                             f"{ratio[key + '_of_medians']} |")
+    lines += ["| " + " | ".join(row) + " |" for row in throughput_rows(results)]
     lines += _markdown_stages(results) + _markdown_live(results) + _markdown_memory(results)
     lines += ["", "| target | value | wanted | result |", "| --- | --- | --- | --- |"]
     for row in results.get("targets", []):

@@ -73,7 +73,15 @@ def test_naive_and_file_mode_report_fps_on_the_clip(quick_results):
 def test_ratios_compare_file_mode_with_model_only_and_naive(quick_results):
     ratio = quick_results["ratios"]["vtest"]
     assert _positive(ratio["e2e_over_model_only"]["median"])
+    assert _positive(ratio["e2e_over_model_only_best"]["median"])
     assert _positive(ratio["e2e_over_naive"]["median"])
+    assert str(ratio["model_only_batch"]) in quick_results["model_only"]["batches"]
+
+
+def test_model_only_runs_on_the_input_size_the_pipeline_feeds(quick_results):
+    entry = quick_results["model_only_by_clip"]["vtest"]
+    assert entry["rect"] is True and entry["input_hw"] == [320, 416]  # 768x576 letterboxed to 416x312, padded to 32
+    assert entry["in_flight"] >= 2
 
 
 def test_live_steps_have_latency_percentiles_and_drops(quick_results):
