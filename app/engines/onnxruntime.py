@@ -37,7 +37,6 @@ engine, after the engine thread has stopped submitting.
 from __future__ import annotations
 
 import ctypes
-import functools
 import logging
 import math
 import os
@@ -52,7 +51,7 @@ import numpy as np
 from app.config import EngineConfig
 from app.engines.base import Engine, InferenceHandle
 from app.engines.ort_outputs import OutputSets, ShapeEntry
-from app.engines.ort_shapes import resolve_output_shapes
+from app.engines.ort_shapes import OutputShapes
 from app.engines.ort_workers import CpuWorkers, WorkerHandle, first_line
 from app.errors import EngineError, EngineLoadError
 from app.types import ModelSpec
@@ -130,7 +129,7 @@ class OrtEngine(Engine):
         types = [np.dtype(_ORT_TYPES.get(o.type, np.float32)) for o in self._session.get_outputs()]
         # resolve holds no reference to self: an engine dropped without close() is freed (and its workers
         # stopped) at once, not at the next garbage collection
-        resolve = functools.partial(resolve_output_shapes, Path(spec.path), spec, self._output_names)
+        resolve = OutputShapes(Path(spec.path), spec, self._output_names)
         self._outputs = OutputSets(self.in_flight + 2, rows, self._chunk, nominal, resolve(nominal), types, resolve)
         self._set = 0
         self._closed = False
