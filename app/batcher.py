@@ -152,13 +152,15 @@ class Batcher:
             self._changed.notify_all()
 
     # -- engine side (runs on detstream.engine) ----------------------------
-    def next_batch(self, stop: threading.Event, max_batch: int | None = None) -> Batch | None:
-        """The next batch: closes when full or ``max_wait_s`` after its first frame.
+    def next_batch(self, stop: threading.Event, max_batch: int | None = None,
+                   max_wait_s: float | None = None) -> Batch | None:
+        """The next batch: closes when full or ``max_wait_s`` (default the batcher's) after its oldest frame.
 
         Returns None once every stream is closed and drained (the end of the
         run), or when ``stop`` is set and nothing is waiting.
         """
         limit = max_batch or self.max_batch
+        window_s = self.max_wait_s if max_wait_s is None else max_wait_s
         taken: list[Slot] = []
         ended: list[str] = []
         deadline = None
@@ -168,7 +170,7 @@ class Batcher:
                 ended.extend(self._newly_ended())
                 now = time.monotonic()
                 if taken and deadline is None:  # the window runs from the oldest frame's arrival
-                    deadline = min(slot.meta.t_ready for slot in taken) + self.max_wait_s
+                    deadline = min(slot.meta.t_ready for slot in taken) + window_s
                 if len(taken) >= limit or (taken and (now >= deadline or self._all_closed())):
                     break
                 if not taken and (ended or self._all_done() or stop.is_set()):

@@ -12,6 +12,7 @@ that waits on an event, so copies of batch k+1 overlap compute of batch k.
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
@@ -64,6 +65,21 @@ class Engine(ABC):
         ``H, W`` are the nominal input size unless ``accepts_dynamic_hw``.
         Raises ValueError for frames it cannot take (count, shape, mixed shapes).
         """
+
+    batch_window: bool = True
+    """Whether waiting up to ``engine.max_wait_ms`` for more frames pays: a batch runs faster per frame than
+    its frames one by one (TensorRT, GPU providers). False for the CPU workers, which run every frame alone."""
+
+    def wait_for_room(self, stop: threading.Event) -> int:
+        """Runs on the engine thread before it takes a batch: block until the engine can start frames soon,
+        and return how many to take (0 once ``stop`` is set).
+
+        Frames the engine has queued but not started cannot be dropped for staleness; frames still in the
+        batcher can. An engine with its own job queue (the CPU workers) makes the engine thread wait here,
+        so that live frames wait where the live policy applies. The default takes a full batch at once:
+        engines that bound their own queue block in :meth:`submit` (TensorRT, one per context).
+        """
+        return 0 if stop.is_set() else max(self.batch_sizes)
 
     def warmup(self) -> None:
         """Run once on zeros so that the first real frame is not slow (lazy allocations, graph capture)."""

@@ -140,6 +140,7 @@ class OrtEngine(Engine):
         self._workers: CpuWorkers | None = None
         if concurrent if concurrent is not None else self.provider == CPU:
             self._workers = CpuWorkers(self._session, spec.input_name, self._dtype, config.contexts)
+            self.batch_window = False  # every frame runs alone: waiting for company only adds latency
             weakref.finalize(self, self._workers.close)  # an engine dropped without close() still stops its threads
 
     @property
@@ -171,6 +172,13 @@ class OrtEngine(Engine):
         frames = [zeros] * max(1, min(self._max_batch, workers * self._chunk))
         for _ in range(2):
             self.submit(frames).wait()
+
+    def wait_for_room(self, stop: threading.Event) -> int:
+        """CPU workers: wait until a worker lacks a job waiting behind its run (see :meth:`Engine.wait_for_room`)."""
+        if self._workers is None:
+            return super().wait_for_room(stop)
+        room = self._workers.wait_for_room(stop)
+        return min(room, max(self.batch_sizes)) if room else 0
 
     def close(self) -> None:
         """Stop and join the worker threads (a run in progress finishes first), then release the session. Idempotent."""

@@ -115,6 +115,7 @@ class CpuWorkers:
         self._dtype = dtype
         self._jobs: queue.SimpleQueue[tuple[WorkerHandle, int] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        self._taken = threading.Condition()  # notified whenever a worker takes a job: room for another
         self._closed = False
         self._threads = [threading.Thread(target=self._loop, name=f"{name}.ctx{i}", daemon=True) for i in range(count)]
         for thread in self._threads:
@@ -123,6 +124,17 @@ class CpuWorkers:
     @property
     def count(self) -> int:
         return len(self._threads)
+
+    def wait_for_room(self, stop: threading.Event, poll_s: float = 0.05) -> int:
+        """Engine thread: block while every worker already has a job waiting behind its run; then how many
+        more jobs keep each worker one job ahead (0 once ``stop`` is set or the workers are closed)."""
+        with self._taken:
+            while not stop.is_set() and not self._closed:
+                room = self.count - self._jobs.qsize()
+                if room > 0:
+                    return room
+                self._taken.wait(poll_s)
+        return 0
 
     def put(self, handle: WorkerHandle, jobs: int) -> None:
         """Queue jobs ``0..jobs-1`` of ``handle`` (engine thread). Raises EngineError once closed."""
@@ -161,6 +173,8 @@ class CpuWorkers:
         """Runs on ``detstream.engine.ctx<i>``: take jobs until the sentinel."""
         try:
             while (item := self._jobs.get()) is not None:
+                with self._taken:
+                    self._taken.notify()
                 handle, job = item
                 error: BaseException | None = None
                 try:

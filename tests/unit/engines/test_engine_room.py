@@ -1,0 +1,84 @@
+"""The engine thread takes a frame only when a CPU worker is about to need one.
+
+Frames queued inside the engine cannot be dropped for staleness; frames left in
+the batcher can. With runs slowed to 20 ms, a file stream of 24 frames goes
+through the real Batcher, InferenceStage and OrtEngine, and the engine's job
+queue never holds more than one frame per worker.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from engine_models import make_model
+
+from app.batcher import Batcher
+from app.config import EngineConfig
+from app.engines.onnxruntime import OrtEngine
+from app.engines.ort_workers import CpuWorkers
+from app.metrics import PipelineMetrics
+from app.ring import FrameRing
+from app.stages.inference import END, InferenceStage
+from app.types import FrameMeta, Letterbox
+
+FRAMES = 24
+
+
+@pytest.fixture
+def slow_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Each run takes 20 ms more; records how many jobs were waiting right after every put."""
+    waiting: list[int] = []
+    run, put = CpuWorkers._run, CpuWorkers.put
+
+    def slow_run(self, handle, job):
+        time.sleep(0.02)
+        run(self, handle, job)
+
+    def recording_put(self, handle, jobs):
+        put(self, handle, jobs)
+        waiting.append(self._jobs.qsize())
+
+    monkeypatch.setattr(CpuWorkers, "_run", slow_run)
+    monkeypatch.setattr(CpuWorkers, "put", recording_put)
+    return waiting
+
+
+def feed(batcher: Batcher, stop: threading.Event) -> None:
+    for seq in range(FRAMES):
+        slot = batcher.acquire("clip", stop)
+        slot.array[:] = 0.1
+        now = time.monotonic()
+        batcher.commit(slot, FrameMeta("clip", seq, None, time.time(), now, 0.0, Letterbox(1.0, 0, 0, 8, 8)))
+    batcher.close_stream("clip")
+
+
+def test_the_engine_keeps_one_frame_queued_per_worker_and_loses_none(tmp_path: Path, slow_runs: list[int]):
+    spec = make_model(tmp_path / "tiny.onnx", None)
+    engine = OrtEngine(spec, EngineConfig(backend="onnxruntime", max_batch=8, contexts=2, intra_op_threads=1))
+    batcher = Batcher(FrameRing(16, 8, 8), max_batch=8, max_wait_s=0.05, quota=16)
+    batcher.add_stream("clip", live=False)
+    results: queue.Queue = queue.Queue(maxsize=2)
+    stop = threading.Event()
+    stage = InferenceStage(batcher, engine, results, PipelineMetrics(), stop)
+    producer = threading.Thread(target=feed, args=(batcher, stop), daemon=True)
+    producer.start()
+    stage.start()
+    seqs = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        item = results.get(timeout=10)
+        if item is END:
+            break
+        if item.handle is not None:
+            outputs = item.handle.wait()
+            np.testing.assert_allclose(outputs[0], 1.2, rtol=1e-5)  # mean 0.1 * 2 + 1
+        seqs += [slot.meta.seq for slot in item.batch.slots]
+        batcher.release(item.batch.slots)
+    engine.close()
+    assert seqs == list(range(FRAMES))
+    assert slow_runs and max(slow_runs) <= 2, f"jobs waiting behind the runs: {slow_runs}"
