@@ -28,6 +28,7 @@ from onnxruntime.quantization import CalibrationDataReader
 
 from app.errors import ModelError
 from app.preprocess import PAD_VALUE, fit_input_size, letterbox_into
+from app.sources.rgb import RgbConverter
 from app.types import ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -94,18 +95,20 @@ def video_frame_count(path: Path) -> int:
 def decode_frames(path: Path, wanted: list[int]) -> Iterator[tuple[int, np.ndarray]]:
     """``(index, rgb)`` of the wanted frames (sorted indices), decoding sequentially and converting only those."""
     wanted_set, last = set(wanted), max(wanted)
+    rgb = RgbConverter()
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"
         for index, frame in enumerate(container.decode(stream)):
             if index in wanted_set:
-                yield index, frame.to_ndarray(format="rgb24")
+                yield index, rgb.convert(frame).copy()
             if index >= last:
                 return
 
 
 def _seek_selected(path: Path, wanted: list[int], total: int) -> Iterator[tuple[int, np.ndarray]]:
     """One seek per sample: the first frame at or after each evenly spaced timestamp."""
+    rgb = RgbConverter()
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
         if stream.duration and stream.time_base:
@@ -117,7 +120,7 @@ def _seek_selected(path: Path, wanted: list[int], total: int) -> Iterator[tuple[
             container.seek(int(target_s / stream.time_base), stream=stream, backward=True)
             for frame in container.decode(stream):
                 if frame.time is None or frame.time >= target_s - 1e-3:
-                    yield index, frame.to_ndarray(format="rgb24")
+                    yield index, rgb.convert(frame).copy()
                     break
 
 
