@@ -88,6 +88,11 @@ class Batcher:
             self._streams[stream_id].closed = True
             self._changed.notify_all()
 
+    @property
+    def has_live_streams(self) -> bool:
+        """Whether any stream drops frames for staleness (then frames should wait here, not in the engine)."""
+        return any(s.live for s in self._streams.values())
+
     def dropped(self, stream_id: str) -> int:
         return self._streams[stream_id].dropped
 
