@@ -159,12 +159,19 @@ class _Throughput:
         self.file_runs: dict[str, list[dict[str, Any]]] = {}
 
     def run(self) -> None:
+        """Per repeat and per clip, back to back: model-only, file mode, naive.
+
+        The ratios pair runs of one clip seconds apart: the host under this VM drifts by 10-20 % over
+        minutes (the same model-only run measured 41 and 46 ms per frame an hour apart), and a file run
+        a minute after its model-only run paired that drift into the ratio.
+        """
         try:
             self._guard("model_only", self._open_engine, "model")
             for _ in range(self.plan.repeats):
-                self._guard("model_only", self._model_round, "model")
-                self._guard("naive", self._naive_round, "naive")
-                self._guard("file", self._file_round, "file")
+                for name in self.plan.clips:
+                    self._guard("model_only", lambda name=name: self._model_round(name), "model")
+                    self._guard("file", lambda name=name: self._file_round(name), "file")
+                    self._guard("naive", lambda name=name: self._naive_round(name), "naive")
             self._guard("model_only", self._finish_model, "model")
         finally:
             if self.engine is not None:
@@ -203,13 +210,13 @@ class _Throughput:
                                                                 self.ctx.spec, self.rect)
         self.sizes = prepare(self.engine, next(iter(self.frames.values())), MODEL_BATCHES)
 
-    def _model_round(self) -> None:
-        for label, frames in self.frames.items():
-            rounds = self.model_rounds.setdefault(label, [])
-            logger.info("bench: model-only on %s (%dx%d), round %d", label, *frames[0].shape[1:], len(rounds) + 1)
-            wait_for_quiet(self.plan.settle_s)
-            rounds.append(measure_round(self.engine, frames, self.sizes, self.plan.model_seconds,
-                                        in_flight=self.in_flight))
+    def _model_round(self, name: str) -> None:
+        label = clip_tools.clip_label(name)
+        frames = self.frames[label]
+        rounds = self.model_rounds.setdefault(label, [])
+        logger.info("bench: model-only on %s (%dx%d), round %d", label, *frames[0].shape[1:], len(rounds) + 1)
+        wait_for_quiet(self.plan.settle_s)
+        rounds.append(measure_round(self.engine, frames, self.sizes, self.plan.model_seconds, in_flight=self.in_flight))
 
     def _model_summary(self, label: str, rounds: list[dict[str, Any]]) -> dict[str, Any]:
         frames = self.frames[label]
@@ -225,29 +232,27 @@ class _Throughput:
                                                 model.conf_threshold, model.iou_threshold, model.max_detections)
         self.results["model_only"] = out
 
-    def _naive_round(self) -> None:
+    def _naive_round(self, name: str) -> None:
         model = self.ctx.config.model
         providers = naive_providers(self.engine.backend if self.engine else "")
-        for name in self.plan.clips:
-            logger.info("bench: naive loop on %s", name)
-            wait_for_quiet(self.plan.settle_s)
-            run = naive_loop(str(self.ctx.clips[name]), str(self.ctx.model_path), providers, model.conf_threshold,
-                             model.iou_threshold, self.plan.max_frames,
-                             input_size=(self.ctx.spec.input_height, self.ctx.spec.input_width))
-            run["providers"] = providers
-            self.naive_runs.setdefault(clip_tools.clip_label(name), []).append(run)
+        logger.info("bench: naive loop on %s", name)
+        wait_for_quiet(self.plan.settle_s)
+        run = naive_loop(str(self.ctx.clips[name]), str(self.ctx.model_path), providers, model.conf_threshold,
+                         model.iou_threshold, self.plan.max_frames,
+                         input_size=(self.ctx.spec.input_height, self.ctx.spec.input_width))
+        run["providers"] = providers
+        self.naive_runs.setdefault(clip_tools.clip_label(name), []).append(run)
 
-    def _file_round(self) -> None:
+    def _file_round(self, name: str) -> None:
         plan = self.plan
-        for name in plan.clips:
-            clip = self.ctx.clips[name]
-            if plan.max_frames is not None:
-                clip = clip_tools.head_copy(clip, plan.max_frames, plan.cache_dir)
-            label = clip_tools.clip_label(name)
-            logger.info("bench: file mode on %s", name)
-            run = run_file_once(clip, label, self.ctx.model_path, plan.backend, plan.overrides,
-                                120 + 2 * (plan.max_frames or 2000), plan.settle_s)
-            self.file_runs.setdefault(label, []).append(run)
+        clip = self.ctx.clips[name]
+        if plan.max_frames is not None:
+            clip = clip_tools.head_copy(clip, plan.max_frames, plan.cache_dir)
+        label = clip_tools.clip_label(name)
+        logger.info("bench: file mode on %s", name)
+        run = run_file_once(clip, label, self.ctx.model_path, plan.backend, plan.overrides,
+                            120 + 2 * (plan.max_frames or 2000), plan.settle_s)
+        self.file_runs.setdefault(label, []).append(run)
 
 
 def _naive_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
