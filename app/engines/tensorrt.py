@@ -16,6 +16,7 @@ import hashlib
 import logging
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ from app.engines.base import Engine, InferenceHandle
 from app.engines.cache import EngineCacheKey, cache_path, load_or_build
 from app.engines.device import Device
 from app.engines.host_memory import HostBuffer, alloc_host
+from app.engines.ort_shapes import OutputShapes
 from app.engines.scheduler import (
     DEFAULT_SUBMIT_TIMEOUT_S,
     BatchScheduler,
@@ -71,7 +73,7 @@ class TensorRTEngine(Engine):
     def _setup(self, config: EngineConfig, submit_timeout_s: float) -> BatchScheduler:
         spec, device, model = self.spec, self._device, self._model
         inp = _input_tensor(model, spec)
-        outputs = [t for t in model.tensors if not t.is_input]
+        outputs = _resolved_outputs(model, spec)
         frame_shape = (3, spec.input_height, spec.input_width)
         static = inp.shape[0] if inp.shape[0] > 0 else None
         per_context = _profiles_per_context(model, spec.input_name, config.contexts, static)
@@ -202,14 +204,40 @@ def file_sha256(path: Path) -> str:
 
 
 def _input_tensor(model: TrtModel, spec: ModelSpec) -> TensorInfo:
+    """The engine's image input, with its frame dims as the engine runs them.
+
+    A model with dynamic height and width (``spec.dynamic_hw``) declares them -1; the build profiles
+    pin them to the nominal ``input_height × input_width`` (TensorRT runs square inputs only).
+    """
     inputs = [t for t in model.tensors if t.is_input]
     for tensor in inputs:
         if tensor.name == spec.input_name:
             expected = (3, spec.input_height, spec.input_width)
-            if tuple(tensor.shape[1:]) != expected:
+            declared = tuple(tensor.shape[1:])
+            open_hw = spec.dynamic_hw and len(declared) == 3 and declared[0] == 3 and all(
+                d in (-1, e) for d, e in zip(declared[1:], expected[1:], strict=True))
+            if declared != expected and not open_hw:
                 raise EngineLoadError(f"engine input {tensor.name} is {tensor.shape}, model spec says (N, *{expected})")
-            return tensor
+            return replace(tensor, shape=(tensor.shape[0], *expected))
     raise EngineLoadError(f"engine has no input {spec.input_name!r} (inputs: {[t.name for t in inputs]})")
+
+
+def _resolved_outputs(model: TrtModel, spec: ModelSpec) -> list[TensorInfo]:
+    """Engine outputs with dims the engine leaves open (-1 past the batch dim) filled in from the ONNX file.
+
+    An engine built from a dynamic-H/W model declares e.g. ``(-1, -1, 85)``: the box count follows the
+    input size, which the profiles fix at the nominal one. ONNX shape inference at that size gives it.
+    """
+    outputs = [t for t in model.tensors if not t.is_input]
+    if all(d >= 0 for t in outputs for d in t.shape[1:]):
+        return outputs
+    trailing = OutputShapes(Path(spec.path), spec, [t.name for t in outputs])()
+    resolved = []
+    for tensor, shape in zip(outputs, trailing, strict=True):
+        if any(d < 0 for d in tensor.shape[1:]) and shape is not None and len(shape) == len(tensor.shape) - 1:
+            tensor = replace(tensor, shape=(tensor.shape[0], *shape))
+        resolved.append(tensor)
+    return resolved
 
 
 def _row_bytes(tensor: TensorInfo) -> int:

@@ -65,11 +65,13 @@ class FakeTrtRuntime:
         if self.fail_at == "build":
             raise EngineError("fake tensorrt: unsupported layer NonMaxSuppression")
         model = onnx.load(str(onnx_path))
-        dim0 = model.graph.input[0].type.tensor_type.shape.dim[0]
-        static = dim0.dim_value if dim0.HasField("dim_value") else None
+        dims = model.graph.input[0].type.tensor_type.shape.dim
+        static = dims[0].dim_value if dims[0].HasField("dim_value") else None
+        dynamic_hw = not (dims[2].HasField("dim_value") and dims[3].HasField("dim_value"))
         h, w = options.input_hw
         profiles = [] if static else [list(p) for _ in range(options.contexts) for p in options.profiles]
-        return json.dumps({"input": options.input_name, "hw": [h, w], "static": static, "profiles": profiles}).encode()
+        return json.dumps({"input": options.input_name, "hw": [h, w], "static": static, "profiles": profiles,
+                           "dynamic_hw": dynamic_hw}).encode()
 
     def deserialize(self, blob: bytes) -> FakeModel:
         self.deserialized.append(blob)
@@ -84,10 +86,17 @@ class FakeModel:
         h, w = desc["hw"]
         batch = desc["static"] or -1
         f32 = np.dtype(np.float32)
-        self.tensors = (
+        self._concrete = (  # what a context works with once its input shape is set
             TensorInfo(desc["input"], True, (batch, 3, h, w), f32),
             TensorInfo("pooled", False, (batch, 3), f32),
             TensorInfo("scaled", False, (batch, 3, h, w), f32),
+        )
+        # What the engine declares: like TensorRT, -1 wherever a dim follows a dynamic input dim.
+        dh, dw = (-1, -1) if desc.get("dynamic_hw") else (h, w)
+        self.tensors = (
+            TensorInfo(desc["input"], True, (batch, 3, dh, dw), f32),
+            TensorInfo("pooled", False, (batch, 3), f32),
+            TensorInfo("scaled", False, (batch, 3, dh, dw), f32),
         )
         self._profiles = [tuple(p) for p in desc["profiles"]] or [(batch, batch, batch)]
         self.num_profiles = len(self._profiles)
@@ -98,7 +107,7 @@ class FakeModel:
     def create_context(self) -> FakeContext:
         if self._runtime.fail_at == "context":
             raise EngineError("fake tensorrt: create_execution_context returned None")
-        return FakeContext(self._runtime, self.tensors)
+        return FakeContext(self._runtime, self._concrete)
 
 
 class FakeContext:

@@ -19,9 +19,9 @@ from app.errors import EngineError, EngineLoadError
 
 
 def _create(tmp_path: Path, *, backend: str = "auto", fail_on: dict | None = None, fail_at: str | None = None,
-            device_error: Exception | None = None, import_error: bool = False,
+            device_error: Exception | None = None, import_error: bool = False, dynamic_hw: bool = False,
             ) -> tuple[Engine, HostDevice, FakeTrtRuntime]:
-    spec = make_model(tmp_path / "tiny.onnx", None)
+    spec = make_model(tmp_path / "tiny.onnx", None, dynamic_hw=dynamic_hw)
     device = HostDevice(fail_on=fail_on)
     runtime = FakeTrtRuntime(device, fail_at=fail_at)
 
@@ -55,6 +55,22 @@ def test_tensorrt_is_used_when_every_step_works(tmp_path: Path, caplog: pytest.L
     finally:
         engine.close()
     assert device._streams == []  # the engine owned the device and closed it
+
+
+def test_a_model_with_dynamic_height_and_width_runs_on_tensorrt_at_its_nominal_size(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The default model declares (N, 3, -1, -1): the engine's profiles pin 8x8 here (416x416 for it)."""
+    engine, _, _ = _create(tmp_path, dynamic_hw=True)
+    try:
+        assert isinstance(engine, TensorRTEngine), _fallback_lines(caplog)
+        assert engine.spec.dynamic_hw and not engine.accepts_dynamic_hw  # the pipeline feeds it square frames
+        frames = random_frames(3)
+        for got, want in zip(engine.submit(list(frames)).wait(), reference(frames), strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-6)
+        assert _fallback_lines(caplog) == []
+    finally:
+        engine.close()
 
 
 @pytest.mark.parametrize(
