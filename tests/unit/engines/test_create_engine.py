@@ -44,13 +44,17 @@ def _fallback_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name == "app.engines"]
 
 
+def _computes_the_reference(engine: Engine) -> None:
+    frames = random_frames(3)
+    for got, want in zip(engine.submit(list(frames)).wait(), reference(frames), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-6)
+
+
 def test_tensorrt_is_used_when_every_step_works(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     engine, device, _ = _create(tmp_path)
     try:
         assert isinstance(engine, TensorRTEngine) and engine.backend == "tensorrt:fp16"
-        frames = random_frames(3)
-        for got, want in zip(engine.submit(list(frames)).wait(), reference(frames), strict=True):
-            np.testing.assert_allclose(got, want, atol=1e-6)
+        _computes_the_reference(engine)
         assert _fallback_lines(caplog) == []
     finally:
         engine.close()
@@ -65,9 +69,7 @@ def test_a_model_with_dynamic_height_and_width_runs_on_tensorrt_at_its_nominal_s
     try:
         assert isinstance(engine, TensorRTEngine), _fallback_lines(caplog)
         assert engine.spec.dynamic_hw and not engine.accepts_dynamic_hw  # the pipeline feeds it square frames
-        frames = random_frames(3)
-        for got, want in zip(engine.submit(list(frames)).wait(), reference(frames), strict=True):
-            np.testing.assert_allclose(got, want, atol=1e-6)
+        _computes_the_reference(engine)
         assert _fallback_lines(caplog) == []
     finally:
         engine.close()
