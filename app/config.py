@@ -143,7 +143,8 @@ class EngineConfig(StrictModel):
 
     backend: Literal["auto", "tensorrt", "onnxruntime"] = "auto"
     max_batch: int = Field(8, ge=1, le=256)
-    max_wait_ms: float = Field(10.0, ge=0)
+    max_wait_ms: float = Field(10.0, ge=0, description="batching window: how long a batch waits for more frames "
+                               "after its oldest; unused by ONNX Runtime's CPU workers, which run every frame alone")
     contexts: int = Field(2, ge=1, le=16, description="TensorRT execution contexts / CUDA streams; on ONNX Runtime's "
                           "CPU provider, concurrent single-frame inference workers sharing one session")
     precision: Literal["fp32", "fp16", "int8"] = "fp16"
