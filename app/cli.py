@@ -146,10 +146,25 @@ def _dispatch(args: argparse.Namespace) -> int:
     raise AssertionError(args.command)
 
 
+GLOBAL_OPTIONS_WITH_VALUE = ("--log-level", "--log-format")
+
+
+def bench_passthrough(argv: list[str]) -> list[str]:
+    """Insert ``--`` after ``bench`` (after any global options) so every bench option reaches the bench.
+
+    argparse's REMAINDER drops leading options, so ``detstream --log-level DEBUG bench --quick`` would
+    otherwise fail with "unrecognized arguments".
+    """
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 2 if argv[i] in GLOBAL_OPTIONS_WITH_VALUE else 1
+    if i < len(argv) and argv[i] == "bench" and argv[i + 1:i + 2] not in ([], ["--"]):
+        return [*argv[:i + 1], "--", *argv[i + 1:]]
+    return argv
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["bench"]:  # its options are the bench's own (argparse REMAINDER drops leading options)
-        argv = ["bench", "--", *argv[1:]] if len(argv) > 1 and argv[1] != "--" else argv
+    argv = bench_passthrough(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     from app.logs import setup_logging
 

@@ -60,3 +60,17 @@ def test_every_contract_command_parses():
                  ["proxy", "--frontend", "tcp://127.0.0.1:5556", "--backend", "tcp://127.0.0.1:5555"],
                  ["config", "check", "c.yaml"], ["run", "--shard", "0/3"]):
         parser.parse_args(argv)
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["bench", "--quick"], ["bench", "--", "--quick"]),
+    (["--log-level", "DEBUG", "bench", "--quick", "--json", "x"], ["--log-level", "DEBUG", "bench", "--", "--quick",
+                                                                 "--json", "x"]),
+    (["--log-format", "json", "bench"], ["--log-format", "json", "bench"]),
+    (["bench", "--", "--quick"], ["bench", "--", "--quick"]),
+    (["run", "--source", "bench"], ["run", "--source", "bench"]),
+])
+def test_bench_options_reach_the_bench_wherever_the_global_options_stand(argv, expected):
+    from app.cli import bench_passthrough
+
+    assert bench_passthrough(argv) == expected
