@@ -48,13 +48,6 @@ class OutputShapes:
         return _infer(self._light, self._path, self._spec, self._names, hw)
 
 
-def resolve_output_shapes(
-    path: Path, spec: ModelSpec, output_names: list[str], hw: tuple[int, int] | None = None
-) -> list[tuple[int, ...] | None]:
-    """One-off :class:`OutputShapes` lookup (reads the file each call; engines keep an ``OutputShapes``)."""
-    return OutputShapes(path, spec, output_names)(hw)
-
-
 def _light_copy(path: Path) -> object | None:
     """The model with large initializers' bytes dropped (dims kept), or None when it cannot be read."""
     import onnx
