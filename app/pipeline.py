@@ -160,15 +160,15 @@ class Pipeline:
         engine = self._engine
         _return_freed_memory()
         self.metrics.engine.info({"backend": engine.backend, "model": spec.name, "sha256": spec.sha256[:16]})
+        rect = use_rect(cfg, engine)
         logger.info("model %s (%dx%d%s, %s) on %s", spec.name, spec.input_width, spec.input_height,
-                    ", rectangular inputs" if use_rect(cfg, engine) else "", spec.layout, engine.backend)
+                    ", rectangular inputs" if rect else "", spec.layout, engine.backend)
         slots, quota = ring_geometry(cfg, max(engine.batch_sizes))
         ring = FrameRing(slots, spec.input_height, spec.input_width, self._allocator(engine))
         decoded = self.metrics.frames_decoded
         batcher = Batcher(ring, cfg.engine.max_batch, cfg.engine.max_wait_ms / 1e3, quota,
                           on_admit=lambda stream_id: decoded.labels(stream=stream_id).inc())
         keep_image = cfg.annotate.dir is not None
-        rect = use_rect(cfg, engine)
         for source_cfg in cfg.sources:
             live = source_cfg.effective_mode is SourceMode.LIVE
             batcher.add_stream(source_cfg.id, live, source_cfg.max_staleness_ms / 1e3)
