@@ -7,6 +7,7 @@ The RTSP server is ``scripts/rtsp_server.py`` run by the Debian python
 
 from __future__ import annotations
 
+import itertools
 import os
 import selectors
 import signal
@@ -220,6 +221,18 @@ class StatusLog:
 
     def wait_state(self, state: SourceState, timeout_s: float, after: int = 0) -> SourceStatus | None:
         return self.wait_for(lambda s: s.state is state and self.statuses.index(s) >= after, timeout_s)
+
+
+def missing_seqs(seqs: list[int]) -> int:
+    """How many seqs an increasing run that started at 0 lacks.
+
+    A live sink drops frames when a stream outruns its quota (the burst
+    FFmpeg buffers while probing a stream can do it on a busy machine), so
+    tests compare this with the drops the batcher counted, instead of asking
+    for an unbroken 0..n-1 that only a fast enough host gives.
+    """
+    assert seqs == sorted(set(seqs)), f"seqs out of order or repeated: {seqs[:20]}"
+    return (seqs[0] if seqs else 0) + sum(b - a - 1 for a, b in itertools.pairwise(seqs))
 
 
 @dataclass

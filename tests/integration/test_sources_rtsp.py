@@ -6,7 +6,6 @@ servers are killed by the fixture.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
@@ -18,7 +17,7 @@ from app.sources import create_source
 from app.sources.backoff import Backoff
 from app.sources.base import SourceState
 from app.sources.pyav import PyAVSource
-from tests.integration.rtsp import DrainedBatcher, StatusLog, dead_port, make_clip
+from tests.integration.rtsp import DrainedBatcher, StatusLog, dead_port, make_clip, missing_seqs
 
 LIVE = {"/cam": "pattern:320x240@10"}
 HW = (96, 128)
@@ -63,9 +62,10 @@ def test_a_clean_stream_is_read_at_its_real_rate(rtsp_server):
         run.wait(SourceState.RUNNING, 10)
         assert run.sink.wait_count("cam", 45, timeout_s=10)
     received = run.sink.received["cam"]
-    assert [r.meta.seq for r in received] == list(range(len(received)))
-    steady = [r.meta.t_captured for r in received[15:45]]  # after the frames buffered while probing
-    assert 29 / (steady[-1] - steady[0]) == pytest.approx(10.0, rel=0.1)
+    assert missing_seqs([r.meta.seq for r in received]) <= run.sink.dropped("cam"), "a frame was lost uncounted"
+    first, last = received[15], received[44]  # after the frames buffered while probing
+    rate = (last.meta.seq - first.meta.seq) / (last.meta.t_captured - first.meta.t_captured)
+    assert rate == pytest.approx(10.0, rel=0.1)
     assert received[0].meta.letterbox.src_width == 320
 
 
@@ -92,8 +92,8 @@ def test_a_killed_and_restarted_server_is_reconnected_and_frames_resume(rtsp_ser
         reconnect_s = time.monotonic() - restarted
     states = run.log.states()[mark:]
     assert states[0] is SourceState.RECONNECTING and SourceState.CONNECTING in states
-    seqs = run.sink.seqs("cam")
-    assert seqs == list(range(len(seqs))), "seq continues across the reconnect"
+    seqs = run.sink.seqs("cam")  # increasing: seq continues across the reconnect
+    assert missing_seqs(seqs) <= run.sink.dropped("cam"), "a frame was lost uncounted"
     assert reconnect_s < 10
 
 
@@ -173,10 +173,8 @@ def test_live_overload_drops_frames_and_never_delivers_stale_ones(rtsp_server):
     assert max(ages) <= 0.3 + 0.05, max(ages)
     dropped = sink.dropped("cam")
     assert dropped > 0
-    seqs = [r.meta.seq for r in received]
-    gaps = sum(b - a - 1 for a, b in itertools.pairwise(seqs))
-    assert seqs == sorted(set(seqs))
-    assert gaps <= dropped <= gaps + 4 + seqs[0]  # frames still waiting at stop are not counted yet
+    gaps = missing_seqs([r.meta.seq for r in received])
+    assert gaps <= dropped <= gaps + 4  # frames still waiting at stop are not counted yet
 
 
 @pytest.mark.parametrize("blocked_in", ["read", "open"])
@@ -253,7 +251,7 @@ def test_a_file_mount_is_served_without_reencoding_and_loops(rtsp_server, tmp_pa
     with Running(rtsp(server.url("/clip"))) as run:
         assert run.sink.wait_count("cam", 25, timeout_s=15), "a 15-frame clip must loop to give 25 frames"
     received = run.sink.received["cam"]
-    assert [r.meta.seq for r in received] == list(range(len(received)))
+    assert missing_seqs([r.meta.seq for r in received]) <= run.sink.dropped("cam"), "a frame was lost uncounted"
     assert {(r.meta.letterbox.src_width, r.meta.letterbox.src_height) for r in received} == {(352, 288)}
     assert not any(s.state is SourceState.RECONNECTING for s in run.log.statuses), "looping is seamless"
 
@@ -287,7 +285,6 @@ def test_eight_cameras_and_a_dead_one_share_a_batcher_and_survive_a_server_resta
         sink.close()
     assert all(joined)
     for cam in cams:
-        seqs = sink.seqs(cam)
-        assert seqs == sorted(set(seqs)), cam
+        assert missing_seqs(sink.seqs(cam)) <= sink.dropped(cam), f"{cam}: a frame was lost uncounted"
     assert sink.count("dead") == 0
     assert {s.error_kind for s in logs["dead"].statuses if s.state is SourceState.RECONNECTING} == {"refused"}
