@@ -223,6 +223,27 @@ def _live(console: Console, results: dict[str, Any]) -> None:
                       f"{step['drops_per_camera_min']}–{step['drops_per_camera_max']}", spread(step["peak_rss_mb"]))
     console.print(table)
     console.print(f"largest K with no drops: {live['max_k_no_drops']}")
+    for line in windows_lines(live):
+        console.print(line)
+
+
+def windows_lines(live: dict[str, Any]) -> list[str]:
+    """One line per long run: is it steady minute by minute (p99, drops, RSS)?"""
+    lines = []
+    for step in live["steps"]:
+        for run in step.get("runs", []):
+            windows = run.get("windows") or []
+            if not windows:
+                continue
+            p99 = [w["p99_ms"] for w in windows]
+            rss = [w["rss_mb"] for w in windows if w["rss_mb"] is not None]
+            worst = windows[p99.index(max(p99))]
+            per_minute = ", ".join(f"{v:g}" for v in p99)
+            lines.append(f"K={step['k']}, minute by minute ({len(windows)} minutes): p99 {min(p99):g}–{max(p99):g} ms "
+                         f"(worst from {worst['start_s']} s), drops per minute at most "
+                         f"{max(w['drops'] for w in windows)}, RSS {rss[0] if rss else '-'} MB in the first minute, "
+                         f"{rss[-1] if rss else '-'} MB in the last; p99 per minute: {per_minute}")
+    return lines
 
 
 def _memory(console: Console, results: dict[str, Any]) -> None:
@@ -300,6 +321,7 @@ def _markdown_live(results: dict[str, Any]) -> list[str]:
                      f"{spread(step['p95_ms'])} | {spread(step['p99_ms'])} | {spread(step['drops_total'])} | "
                      f"{step['drops_per_camera_min']}–{step['drops_per_camera_max']} | {spread(step['peak_rss_mb'])} |")
     lines += ["", f"Largest K with no drops: **{live['max_k_no_drops']}**."]
+    lines += [f"{line}." for line in windows_lines(live)]
     overload = live.get("overload")
     if overload:
         terms = overload["p99_bound_terms_ms"]

@@ -1,0 +1,41 @@
+"""Minute-by-minute view of a long live run: a bad minute and a growing RSS must show, not average away."""
+
+from __future__ import annotations
+
+from app.bench.live_mode import minute_windows
+from app.bench.report import windows_lines
+
+
+def _run(seconds: int, fps: int = 10):
+    """Messages at ``fps`` for ``seconds``: 50 ms latency, 400 ms during 70–80 s, 3 drops at 130 s."""
+    steady, received = [], []
+    for i in range(seconds * fps):
+        t = i / fps
+        latency = 0.4 if 70 <= t < 80 else 0.05
+        steady.append({"captured_at": 1000.0 + t, "published_at": 1000.0 + t + latency,
+                       "dropped_before": 3 if i == 130 * fps else 0})
+        received.append(500.0 + t + latency)
+    rss = [(500.5 + t, (200 + t // 60 * 10) * 2**20) for t in range(0, seconds, 1)]
+    return steady, received, rss
+
+
+def test_each_minute_has_its_own_p99_drops_and_rss():
+    windows = minute_windows(*_run(170))
+    assert [w["start_s"] for w in windows] == [0, 60, 120]
+    assert [w["messages"] for w in windows] == [600, 600, 500]
+    assert windows[0]["p99_ms"] == 50.0 and windows[1]["p99_ms"] == 400.0
+    assert [w["drops"] for w in windows] == [0, 0, 3]
+    assert [w["rss_mb"] for w in windows] == [200.0, 210.0, 220.0]
+
+
+def test_a_last_window_under_half_a_minute_is_left_out():
+    assert len(minute_windows(*_run(140))) == 2
+
+
+def test_the_report_line_names_the_worst_minute_and_the_rss_trend():
+    live = {"steps": [{"k": 8, "runs": [{"windows": minute_windows(*_run(170))}]}, {"k": 1, "runs": [{}]}]}
+    [line] = windows_lines(live)
+    assert "K=8" in line and "3 minutes" in line
+    assert "p99 50–400 ms (worst from 60 s)" in line
+    assert "drops per minute at most 3" in line
+    assert "200.0 MB in the first minute, 220.0 MB in the last" in line
