@@ -120,7 +120,8 @@ def analyse_live_run(run: WorkerRun, k: int, settings: LiveSettings) -> dict[str
 
 def minute_windows(steady: list[dict[str, Any]], received: list[float],
                    rss_series: list[tuple[float, int]]) -> list[dict[str, Any]]:
-    """Per :data:`WINDOW_S` of receive time: messages, p99 latency, frames dropped before them, largest tree RSS.
+    """Per :data:`WINDOW_S` of receive time: messages, p99 latency, median inference time (does a bad minute
+    come from a slower host, or from waiting?), frames dropped before them, largest tree RSS.
 
     ``received`` is each steady message's arrival (this process's monotonic clock, as the RSS samples);
     a last window shorter than half a window is left out.
@@ -138,6 +139,7 @@ def minute_windows(steady: list[dict[str, Any]], received: list[float],
         rss = [b for t, b in rss_series if lo <= t < hi]
         windows.append({"start_s": round(index * WINDOW_S), "messages": len(inside),
                         "p99_ms": percentiles(latencies, (99,))["p99"],
+                        "infer_p50_ms": round(float(np.median([p["latency_ms"]["infer"] for p in inside])), 1),
                         "drops": sum(p["dropped_before"] for p in inside),
                         "rss_mb": round(max(rss) / 2**20, 1) if rss else None})
     return windows

@@ -239,10 +239,12 @@ def windows_lines(live: dict[str, Any]) -> list[str]:
             rss = [w["rss_mb"] for w in windows if w["rss_mb"] is not None]
             worst = windows[p99.index(max(p99))]
             per_minute = ", ".join(f"{v:g}" for v in p99)
+            infer = ", ".join(f"{w['infer_p50_ms']:g}" for w in windows if "infer_p50_ms" in w)
             lines.append(f"K={step['k']}, minute by minute ({len(windows)} minutes): p99 {min(p99):g}–{max(p99):g} ms "
                          f"(worst from {worst['start_s']} s), drops per minute at most "
                          f"{max(w['drops'] for w in windows)}, RSS {rss[0] if rss else '-'} MB in the first minute, "
-                         f"{rss[-1] if rss else '-'} MB in the last; p99 per minute: {per_minute}")
+                         f"{rss[-1] if rss else '-'} MB in the last; p99 per minute: {per_minute}"
+                         + (f"; median inference per minute: {infer}" if infer else ""))
     return lines
 
 

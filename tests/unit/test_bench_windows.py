@@ -13,6 +13,7 @@ def _run(seconds: int, fps: int = 10):
         t = i / fps
         latency = 0.4 if 70 <= t < 80 else 0.05
         steady.append({"captured_at": 1000.0 + t, "published_at": 1000.0 + t + latency,
+                       "latency_ms": {"infer": 300.0 if 70 <= t < 80 else 40.0},
                        "dropped_before": 3 if i == 130 * fps else 0})
         received.append(500.0 + t + latency)
     rss = [(500.5 + t, (200 + t // 60 * 10) * 2**20) for t in range(0, seconds, 1)]
@@ -24,6 +25,7 @@ def test_each_minute_has_its_own_p99_drops_and_rss():
     assert [w["start_s"] for w in windows] == [0, 60, 120]
     assert [w["messages"] for w in windows] == [600, 600, 500]
     assert windows[0]["p99_ms"] == 50.0 and windows[1]["p99_ms"] == 400.0
+    assert [w["infer_p50_ms"] for w in windows] == [40.0, 40.0, 40.0]  # a median: 10 slow seconds do not move it
     assert [w["drops"] for w in windows] == [0, 0, 3]
     assert [w["rss_mb"] for w in windows] == [200.0, 210.0, 220.0]
 
@@ -39,3 +41,4 @@ def test_the_report_line_names_the_worst_minute_and_the_rss_trend():
     assert "p99 50–400 ms (worst from 60 s)" in line
     assert "drops per minute at most 3" in line
     assert "200.0 MB in the first minute, 220.0 MB in the last" in line
+    assert line.endswith("median inference per minute: 40, 40, 40")
