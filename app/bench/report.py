@@ -222,9 +222,16 @@ def _live(console: Console, results: dict[str, Any]) -> None:
                       spread(step["p95_ms"]), spread(step["p99_ms"]), spread(step["drops_total"]),
                       f"{step['drops_per_camera_min']}–{step['drops_per_camera_max']}", spread(step["peak_rss_mb"]))
     console.print(table)
-    console.print(f"largest K with no drops: {live['max_k_no_drops']}")
+    console.print(f"largest K with no drops: {largest_k_text(live)}")
     for line in windows_lines(live):
         console.print(line)
+
+
+def largest_k_text(live: dict[str, Any]) -> str:
+    """The largest K without drops, or which K were measured when every one dropped (not a bare 0)."""
+    if live["max_k_no_drops"]:
+        return str(live["max_k_no_drops"])
+    return "none of K = " + ", ".join(str(step["k"]) for step in live["steps"])
 
 
 def windows_lines(live: dict[str, Any]) -> list[str]:
@@ -322,7 +329,7 @@ def _markdown_live(results: dict[str, Any]) -> list[str]:
         lines.append(f"| {k} | {step['demand_fps']:g} | {spread(step['published_fps'])} | {spread(step['p50_ms'])} | "
                      f"{spread(step['p95_ms'])} | {spread(step['p99_ms'])} | {spread(step['drops_total'])} | "
                      f"{step['drops_per_camera_min']}–{step['drops_per_camera_max']} | {spread(step['peak_rss_mb'])} |")
-    lines += ["", f"Largest K with no drops: **{live['max_k_no_drops']}**."]
+    lines += ["", f"Largest K with no drops: **{largest_k_text(live)}**."]
     lines += [f"{line}." for line in windows_lines(live)]
     overload = live.get("overload")
     if overload:

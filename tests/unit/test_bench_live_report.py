@@ -1,9 +1,9 @@
-"""Minute-by-minute view of a long live run: a bad minute and a growing RSS must show, not average away."""
+"""The live bench's report: a bad minute and a growing RSS must show, not average away; a bare K=0 must not mislead."""
 
 from __future__ import annotations
 
 from app.bench.live_mode import minute_windows
-from app.bench.report import windows_lines
+from app.bench.report import largest_k_text, windows_lines
 
 
 def _run(seconds: int, fps: int = 10):
@@ -42,3 +42,8 @@ def test_the_report_line_names_the_worst_minute_and_the_rss_trend():
     assert "drops per minute at most 3" in line
     assert "200.0 MB in the first minute, 220.0 MB in the last" in line
     assert line.endswith("median inference per minute: 40, 40, 40")
+
+
+def test_a_run_where_every_k_dropped_says_so_instead_of_k_0():
+    assert largest_k_text({"max_k_no_drops": 0, "steps": [{"k": 8}]}) == "none of K = 8"
+    assert largest_k_text({"max_k_no_drops": 6, "steps": [{"k": 6}, {"k": 8}]}) == "6"
