@@ -12,7 +12,7 @@ phases). Per run, from the messages:
   The status count is the batcher's own and also covers frames dropped after
   the camera's last published frame; both are kept in the JSON;
 * for runs of two minutes or more, the same per minute (``windows``: p99,
-  drops, largest RSS), which is what "steady over 10 minutes" asks: a worst
+  median inference time, drops, largest RSS), which is what "steady over 10 minutes" asks: a worst
   minute and a growing RSS show what one p99 over the whole run hides.
 
 The search runs K upward and stops after the first K that dropped a frame in
@@ -81,12 +81,13 @@ def run_live_once(settings: LiveSettings, k: int, work_dir: Path) -> dict[str, A
 
 def analyse_live_run(run: WorkerRun, k: int, settings: LiveSettings) -> dict[str, Any]:
     run.check()
-    dets = [p for p, _ in run.detections()]
+    arrivals = run.detections()
+    dets = [p for p, _ in arrivals]
     if not dets:
         raise RuntimeError(f"live K={k}: no detection messages received\n{run.stderr_tail}")
     t0 = min(p["captured_at"] for p in dets) + settings.warmup_s
-    steady = [p for p in dets if p["captured_at"] >= t0]
-    received = [t for p, t in run.detections() if p["captured_at"] >= t0]
+    steady_arrivals = [(p, t) for p, t in arrivals if p["captured_at"] >= t0]
+    steady = [p for p, _ in steady_arrivals]
     latencies = [(p["published_at"] - p["captured_at"]) * 1e3 for p in steady]
     cameras = [f"cam{i:02d}" for i in range(k)]
     gaps = {cam: 0 for cam in cameras}
@@ -114,25 +115,25 @@ def analyse_live_run(run: WorkerRun, k: int, settings: LiveSettings) -> dict[str
         "hwm_mb": run.hwm_mb,
         "background_cores": run.background_cores,
         "messages": len(dets),
-        "windows": minute_windows(steady, received, run.rss_series) if settings.duration_s >= 2 * WINDOW_S else [],
+        "windows": minute_windows(steady_arrivals, run.rss_series) if settings.duration_s >= 2 * WINDOW_S else [],
     }
 
 
-def minute_windows(steady: list[dict[str, Any]], received: list[float],
+def minute_windows(arrivals: list[tuple[dict[str, Any], float]],
                    rss_series: list[tuple[float, int]]) -> list[dict[str, Any]]:
     """Per :data:`WINDOW_S` of receive time: messages, p99 latency, median inference time (does a bad minute
     come from a slower host, or from waiting?), frames dropped before them, largest tree RSS.
 
-    ``received`` is each steady message's arrival (this process's monotonic clock, as the RSS samples);
-    a last window shorter than half a window is left out.
+    ``arrivals`` are (payload, arrival time) in arrival order, on this process's monotonic clock like the
+    RSS samples; a last window shorter than half a window is left out.
     """
-    if not steady:
+    if not arrivals:
         return []
-    start, end = received[0], received[-1]
+    start, end = arrivals[0][1], arrivals[-1][1]
     windows = []
     for index in range(max(1, int((end - start) / WINDOW_S + 0.5))):
         lo, hi = start + index * WINDOW_S, start + (index + 1) * WINDOW_S
-        inside = [p for p, t in zip(steady, received, strict=True) if lo <= t < hi]
+        inside = [p for p, t in arrivals if lo <= t < hi]
         if not inside:
             continue
         latencies = [(p["published_at"] - p["captured_at"]) * 1e3 for p in inside]

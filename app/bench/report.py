@@ -235,7 +235,7 @@ def largest_k_text(live: dict[str, Any]) -> str:
 
 
 def windows_lines(live: dict[str, Any]) -> list[str]:
-    """One line per long run: is it steady minute by minute (p99, drops, RSS)?"""
+    """One line per long run: is it steady minute by minute (p99, drops, RSS, inference time)?"""
     lines = []
     for step in live["steps"]:
         for run in step.get("runs", []):
@@ -246,12 +246,12 @@ def windows_lines(live: dict[str, Any]) -> list[str]:
             rss = [w["rss_mb"] for w in windows if w["rss_mb"] is not None]
             worst = windows[p99.index(max(p99))]
             per_minute = ", ".join(f"{v:g}" for v in p99)
-            infer = ", ".join(f"{w['infer_p50_ms']:g}" for w in windows if "infer_p50_ms" in w)
+            infer = ", ".join(f"{w['infer_p50_ms']:g}" for w in windows)
             lines.append(f"K={step['k']}, minute by minute ({len(windows)} minutes): p99 {min(p99):g}–{max(p99):g} ms "
                          f"(worst from {worst['start_s']} s), drops per minute at most "
                          f"{max(w['drops'] for w in windows)}, RSS {rss[0] if rss else '-'} MB in the first minute, "
-                         f"{rss[-1] if rss else '-'} MB in the last; p99 per minute: {per_minute}"
-                         + (f"; median inference per minute: {infer}" if infer else ""))
+                         f"{rss[-1] if rss else '-'} MB in the last; p99 per minute: {per_minute}; "
+                         f"median inference per minute: {infer}")
     return lines
 
 

@@ -8,16 +8,16 @@ from app.bench.report import largest_k_text, windows_lines
 
 def _run(seconds: int, fps: int = 10):
     """Messages at ``fps`` for ``seconds``: 50 ms latency, 400 ms during 70–80 s, 3 drops at 130 s."""
-    steady, received = [], []
+    arrivals = []
     for i in range(seconds * fps):
         t = i / fps
         latency = 0.4 if 70 <= t < 80 else 0.05
-        steady.append({"captured_at": 1000.0 + t, "published_at": 1000.0 + t + latency,
-                       "latency_ms": {"infer": 300.0 if 70 <= t < 80 else 40.0},
-                       "dropped_before": 3 if i == 130 * fps else 0})
-        received.append(500.0 + t + latency)
+        payload = {"captured_at": 1000.0 + t, "published_at": 1000.0 + t + latency,
+                   "latency_ms": {"infer": 300.0 if 70 <= t < 80 else 40.0},
+                   "dropped_before": 3 if i == 130 * fps else 0}
+        arrivals.append((payload, 500.0 + t + latency))
     rss = [(500.5 + t, (200 + t // 60 * 10) * 2**20) for t in range(0, seconds, 1)]
-    return steady, received, rss
+    return arrivals, rss
 
 
 def test_each_minute_has_its_own_p99_drops_and_rss():
