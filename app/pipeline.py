@@ -165,9 +165,8 @@ class Pipeline:
                     ", rectangular inputs" if rect else "", spec.layout, engine.backend)
         slots, quota = ring_geometry(cfg, max(engine.batch_sizes))
         ring = FrameRing(slots, spec.input_height, spec.input_width, self._allocator(engine))
-        decoded = self.metrics.frames_decoded
         batcher = Batcher(ring, cfg.engine.max_batch, cfg.engine.max_wait_ms / 1e3, quota,
-                          on_admit=lambda stream_id: decoded.labels(stream=stream_id).inc())
+                          on_admit=self.metrics.count_decoded)
         keep_image = cfg.annotate.dir is not None
         for source_cfg in cfg.sources:
             live = source_cfg.effective_mode is SourceMode.LIVE

@@ -167,12 +167,10 @@ class ResultsStage:
 
     def _observe(self, stream_id: str, result: FrameResult, total_ms: float, dropped_before: int) -> None:
         m = self._metrics
-        m.frames_published.labels(stream=stream_id).inc()
+        m.count_published(stream_id, (("decode", result.meta.decode_ms), ("queue", result.queue_ms),
+                                      ("infer", result.infer_ms), ("post", result.post_ms), ("total", total_ms)))
         if dropped_before:
             m.frames_dropped.labels(stream=stream_id, reason="live_policy").inc(dropped_before)
-        for stage, value in (("decode", result.meta.decode_ms), ("queue", result.queue_ms),
-                             ("infer", result.infer_ms), ("post", result.post_ms), ("total", total_ms)):
-            m.latency.labels(stage=stage).observe(value / 1e3)
         m.zmq_dropped.set(self._publisher.dropped_hwm)
 
     # -- statuses ----------------------------------------------------------
