@@ -36,6 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.errors import ConfigError
 from app.redact import redact_url
+from app.threads import StageThread
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +83,7 @@ class HealthServer:
             if self._server is not None:
                 return
             self._server = self._bind()
-            self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
-                                            name="detstream.health", daemon=True)
+            self._thread = StageThread(self._server.serve_forever, "detstream.health", kwargs={"poll_interval": 0.2})
             self._thread.start()
         logger.info("metrics and health on %s (/metrics, /healthz, /readyz)", self.address)
 

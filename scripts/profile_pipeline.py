@@ -8,7 +8,8 @@ socket in this process receives what it publishes):
   first category (from the innermost frame outwards) whose rule matches, e.g. ``infer`` for ONNX Runtime's
   ``run_with_iobinding``, ``letterbox`` for :func:`app.preprocess.letterbox_into`, ``wait: slot`` for a
   decoder blocked on backpressure;
-* **CPU seconds per OS thread** (``/proc/PID/task/*/stat``, sampled while it runs), which also counts
+* **CPU seconds per OS thread** (``/proc/PID/task/*/stat``, sampled while it runs; stage threads carry
+  their names to the kernel, see :mod:`app.threads`), which also counts
   ONNX Runtime's own pool threads, which py-spy cannot see (they run no Python).
 
 Usage::

@@ -36,6 +36,7 @@ import numpy as np
 
 from app.engines.device import Device
 from app.errors import EngineError
+from app.threads import StageThread
 
 _ALIGN = 256
 _BASE_ADDRESS = 1 << 40
@@ -102,7 +103,7 @@ class HostStream:
         self.capture: HostGraph | None = None
         self.error: Exception | None = None
         self._queue: queue.Queue[_Op | None] = queue.Queue(maxsize=_STREAM_QUEUE_SIZE)
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread = StageThread(self._run, self.name)
         self._thread.start()
 
     def put(self, op: _Op) -> None:

@@ -35,6 +35,7 @@ import numpy as np
 
 from app.engines.base import InferenceHandle
 from app.errors import EngineError
+from app.threads import StageThread
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ class CpuWorkers:
         self._lock = threading.Lock()
         self._taken = threading.Condition()  # notified whenever a worker takes a job: room for another
         self._closed = False
-        self._threads = [threading.Thread(target=self._loop, name=f"{name}.ctx{i}", daemon=True) for i in range(count)]
+        self._threads = [StageThread(self._loop, f"{name}.ctx{i}") for i in range(count)]
         for thread in self._threads:
             thread.start()
 

@@ -37,6 +37,7 @@ from app.sources.hwdecode import hwaccel_for
 from app.sources.opening import open_container, source_error
 from app.sources.pacing import Decimator, RealtimePacer
 from app.sources.rgb import RgbConverter
+from app.threads import StageThread
 from app.types import FrameMeta
 
 logger = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ class PyAVSource(FrameSource):
         self._stop = threading.Event()
         self._lifecycle = threading.Lock()  # orders stop()'s interrupt request against the thread's end
         self._finished = False
-        self._thread = threading.Thread(target=self._run, name=f"detstream.decode.{self.stream_id}", daemon=True)
+        self._thread = StageThread(self._run, f"detstream.decode.{self.stream_id}")
         self._seq = 0
         self._damaged = 0  # undecodable packets and frames the decoder flagged corrupt
         self._total_frames: int | None = None

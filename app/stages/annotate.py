@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -19,6 +18,7 @@ import av
 import cv2
 import numpy as np
 
+from app.threads import StageThread
 from app.types import FrameResult
 
 logger = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class AnnotateSink:
         self._queue: queue.Queue[tuple[FrameResult, bool] | None] = queue.Queue(maxsize=queue_size)
         self._writers: dict[str, _Writer] = {}
         self._snapshot_count: dict[str, int] = {}
-        self._thread = threading.Thread(target=self._run, name="detstream.annotate", daemon=True)
+        self._thread = StageThread(self._run, "detstream.annotate")
 
     def start(self) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from app.batcher import Batch, Batcher
 from app.engines.base import Engine, InferenceHandle
 from app.metrics import PipelineMetrics
+from app.threads import StageThread
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class InferenceStage:
         self._metrics = metrics
         self._force_stop = force_stop
         self._max_batch = min(batcher.max_batch, max(engine.batch_sizes))
-        self._thread = threading.Thread(target=self._run, name="detstream.engine", daemon=True)
+        self._thread = StageThread(self._run, "detstream.engine")
 
     def start(self) -> None:
         self._thread.start()

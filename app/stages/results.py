@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from app.postprocess.yolo import decode_batch
 from app.publish.messages import detection_payload, status_payload
 from app.sources.base import SourceState, SourceStatus
 from app.stages.inference import END, Submitted
+from app.threads import StageThread
 from app.types import Detections, FrameResult, ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class ResultsStage:
         self._pending_terminal: dict[str, SourceStatus] = {}
         self._last_heartbeat = time.monotonic()
         self.last_publish_at = time.monotonic()
-        self._thread = threading.Thread(target=self._run, name="detstream.postprocess", daemon=True)
+        self._thread = StageThread(self._run, "detstream.postprocess")
 
     def start(self) -> None:
         self._thread.start()
