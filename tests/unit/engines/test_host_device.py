@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -49,15 +48,17 @@ def test_an_event_completes_only_when_its_stream_reaches_it(device: HostDevice) 
 
 
 def test_two_streams_run_concurrently(device: HostDevice) -> None:
+    """Each stream's operation waits for the other's to start: serialised streams would break the barrier."""
     streams = [device.stream_create() for _ in range(2)]
     events = [device.event_create() for _ in range(2)]
-    start = time.monotonic()
+    both_running = threading.Barrier(2, timeout=5.0)
+    met = []
     for stream, event in zip(streams, events, strict=True):
-        device.enqueue(stream, lambda: time.sleep(0.2))
+        device.enqueue(stream, lambda: met.append(both_running.wait()))
         device.event_record(event, stream)
     for event in events:
-        device.event_synchronize(event)
-    assert time.monotonic() - start < 0.35
+        device.event_synchronize(event)  # raises EngineError if a barrier wait failed
+    assert sorted(met) == [0, 1]
 
 
 def test_a_failed_operation_poisons_its_stream_and_the_next_sync_raises(device: HostDevice) -> None:
