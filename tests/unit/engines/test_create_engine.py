@@ -95,12 +95,15 @@ def test_a_failure_at_each_tensorrt_step_falls_back_to_onnxruntime_with_one_warn
     tmp_path: Path, caplog: pytest.LogCaptureFixture, step: str, kwargs: dict, reason: str
 ) -> None:
     engine, device, _ = _create(tmp_path, **kwargs)
-    assert isinstance(engine, OrtEngine), step
-    lines = _fallback_lines(caplog)
-    assert len(lines) == 1, lines
-    assert lines[0].startswith("tensorrt unavailable: ") and reason in lines[0]
-    assert lines[0].endswith(f"; using {engine.backend}")
-    assert device._streams == [] and device._blocks == {} and device._host_blocks == {}  # nothing leaked
+    try:
+        assert isinstance(engine, OrtEngine), step
+        lines = _fallback_lines(caplog)
+        assert len(lines) == 1, lines
+        assert lines[0].startswith("tensorrt unavailable: ") and reason in lines[0]
+        assert lines[0].endswith(f"; using {engine.backend}")
+        assert device._streams == [] and device._blocks == {} and device._host_blocks == {}  # nothing leaked
+    finally:
+        engine.close()  # the fallback's CPU workers stop now, not whenever the engine is collected
 
 
 def test_a_capture_failure_keeps_tensorrt_with_plain_enqueue(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -119,11 +122,14 @@ def test_an_explicit_tensorrt_request_that_cannot_be_met_says_so_and_falls_back(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     engine, _, _ = _create(tmp_path, backend="tensorrt", import_error=True)
-    assert engine.backend.startswith("onnxruntime:")
-    assert _fallback_lines(caplog) == [
-        f"tensorrt requested but unavailable: tensorrt is not installed: No module named 'tensorrt'; "
-        f"using {engine.backend}"
-    ]
+    try:
+        assert engine.backend.startswith("onnxruntime:")
+        assert _fallback_lines(caplog) == [
+            f"tensorrt requested but unavailable: tensorrt is not installed: No module named 'tensorrt'; "
+            f"using {engine.backend}"
+        ]
+    finally:
+        engine.close()
 
 
 def test_onnxruntime_backend_never_touches_tensorrt_or_the_device(tmp_path: Path) -> None:
@@ -133,7 +139,10 @@ def test_onnxruntime_backend_never_touches_tensorrt_or_the_device(tmp_path: Path
         raise AssertionError("must not be called")
 
     engine = create_engine(spec, EngineConfig(backend="onnxruntime"), device_factory=refuse, trt_factory=refuse)
-    assert isinstance(engine, OrtEngine)
+    try:
+        assert isinstance(engine, OrtEngine)
+    finally:
+        engine.close()
 
 
 def test_a_second_start_loads_the_cached_engine_instead_of_building(tmp_path: Path) -> None:
