@@ -50,20 +50,22 @@ class PipelineMetrics:
 
     def count_decoded(self, stream: str) -> None:
         """One frame of ``stream`` admitted to the pipeline (decoder threads)."""
-        child = self._decoded.get(stream)
-        if child is None:
-            child = self._decoded.setdefault(stream, self.frames_decoded.labels(stream=stream))
-        child.inc()
+        _per_stream(self._decoded, self.frames_decoded, stream).inc()
 
     def count_published(self, stream: str, latencies_ms: Iterable[tuple[str, float]]) -> None:
         """One detection message of ``stream`` published, with its per-stage latencies (postprocess thread)."""
-        child = self._published.get(stream)
-        if child is None:
-            child = self._published.setdefault(stream, self.frames_published.labels(stream=stream))
-        child.inc()
+        _per_stream(self._published, self.frames_published, stream).inc()
         for stage, value_ms in latencies_ms:
             self._stage_latency[stage].observe(value_ms / 1e3)
 
     def set_state(self, stream: str, state: str) -> None:
         for name in STATES:
             self.source_state.labels(stream=stream, state=name).set(1.0 if name == state else 0.0)
+
+
+def _per_stream(children: dict[str, Counter], counter: Counter, stream: str) -> Counter:
+    """``counter.labels(stream=stream)``, looked up once per stream and kept in ``children``."""
+    child = children.get(stream)
+    if child is None:
+        child = children.setdefault(stream, counter.labels(stream=stream))
+    return child

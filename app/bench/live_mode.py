@@ -88,7 +88,7 @@ def analyse_live_run(run: WorkerRun, k: int, settings: LiveSettings) -> dict[str
     t0 = min(p["captured_at"] for p in dets) + settings.warmup_s
     steady_arrivals = [(p, t) for p, t in arrivals if p["captured_at"] >= t0]
     steady = [p for p, _ in steady_arrivals]
-    latencies = [(p["published_at"] - p["captured_at"]) * 1e3 for p in steady]
+    latencies = [latency_ms(p) for p in steady]
     cameras = [f"cam{i:02d}" for i in range(k)]
     gaps = {cam: 0 for cam in cameras}
     for p in dets:
@@ -119,6 +119,11 @@ def analyse_live_run(run: WorkerRun, k: int, settings: LiveSettings) -> dict[str
     }
 
 
+def latency_ms(payload: dict[str, Any]) -> float:
+    """End-to-end latency of one message, capture to publish, as the live target counts it."""
+    return (payload["published_at"] - payload["captured_at"]) * 1e3
+
+
 def minute_windows(arrivals: list[tuple[dict[str, Any], float]],
                    rss_series: list[tuple[float, int]]) -> list[dict[str, Any]]:
     """Per :data:`WINDOW_S` of receive time: messages, p99 latency, median inference time (does a bad minute
@@ -136,7 +141,7 @@ def minute_windows(arrivals: list[tuple[dict[str, Any], float]],
         inside = [p for p, t in arrivals if lo <= t < hi]
         if not inside:
             continue
-        latencies = [(p["published_at"] - p["captured_at"]) * 1e3 for p in inside]
+        latencies = [latency_ms(p) for p in inside]
         rss = [b for t, b in rss_series if lo <= t < hi]
         windows.append({"start_s": round(index * WINDOW_S), "messages": len(inside),
                         "p99_ms": percentiles(latencies, (99,))["p99"],
