@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from app.batcher import Batcher
-from app.config import DetstreamConfig
+from app.config import DetstreamConfig, SourceMode
 from app.metrics import PipelineMetrics
 from app.postprocess.tracking import StreamTrackers
 from app.postprocess.yolo import decode_batch
 from app.publish.messages import detection_payload, status_payload
 from app.sources.base import SourceState, SourceStatus
 from app.stages.inference import END, Submitted
+from app.stages.overload import DropReport
 from app.threads import StageThread
 from app.types import Detections, FrameResult, ModelSpec
 
@@ -68,6 +69,8 @@ class ResultsStage:
         self._pending_terminal: dict[str, SourceStatus] = {}
         self._last_heartbeat = time.monotonic()
         self.last_publish_at = time.monotonic()
+        self._live = {s.id for s in config.sources if s.effective_mode is SourceMode.LIVE}
+        self._drops = DropReport(engine_name)  # says when live cameras offer more than the engine runs
         self._thread = StageThread(self._run, "detstream.postprocess")
 
     def start(self) -> None:
@@ -162,6 +165,8 @@ class ResultsStage:
         if len(progress.total_ms) > 512:
             del progress.total_ms[:256]
         self._observe(meta.stream_id, result, total_ms, dropped_before)
+        if meta.stream_id in self._live:
+            self._drops.published(meta.stream_id, dropped_before, result.infer_ms)
         if self._on_frame is not None:
             self._on_frame(result)
 
@@ -212,6 +217,9 @@ class ResultsStage:
         self.last_publish_at = time.monotonic()
 
     def _heartbeat_if_due(self) -> None:
+        overload = self._drops.due()
+        if overload:
+            logger.warning(overload)
         now = time.monotonic()
         if now - self._last_heartbeat < self._config.publish.heartbeat_s:
             return

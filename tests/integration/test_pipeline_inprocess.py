@@ -108,3 +108,43 @@ def test_steady_state_allocates_nothing_that_grows_with_frames(small_clip):
     growth = after.filter_traces(app_only).compare_to(before.filter_traces(app_only), "lineno")
     grown = sum(stat.size_diff for stat in growth if stat.size_diff > 0)
     assert grown < 64 * 1024, "\n".join(str(s) for s in growth[:8])
+
+
+def test_live_cameras_beyond_the_engine_get_one_warning_that_says_why(small_clip, default_model, caplog,
+                                                                      monkeypatch):
+    """Six 25-fps cameras (150 frames/s) against yolov3-tiny on this CPU (~45 frames/s): the real overload."""
+    import logging
+
+    from app.stages import overload
+
+    monkeypatch.setattr(overload, "SETTLE_S", 2.0)
+    port = free_port()
+    cams = [f"cam{i}" for i in range(6)]
+    config = parse_config({"sources": [{"id": cam, "url": str(small_clip), "realtime": True, "loop": True}
+                                       for cam in cams],
+                           "publish": {"endpoint": f"tcp://127.0.0.1:{port}", "startup_wait_s": 0}})
+    caplog.set_level(logging.WARNING, logger="app.stages.results")
+    pipeline = Pipeline(config, models_dir=default_model.parent)
+    pipeline.start()
+    try:
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and not _overload_lines(caplog):
+            time.sleep(0.2)
+    finally:
+        pipeline.stop()
+        pipeline.wait(20)
+        pipeline.close()
+    lines = _overload_lines(caplog)
+    assert len(lines) == 1, lines  # once, however long it lasts (the next one waits a minute)
+    text = lines[0]
+    assert all(f"{cam} " in text for cam in cams), text  # drops are spread over every camera
+    published = float(text.split("It published ")[1].split(" frames/s")[0])
+    assert 5 < published < 150, text  # what the engine kept up with, below what the cameras offered
+    dropped = int(text.split("dropped ")[1].split(" frames")[0])
+    counted = sum(pipeline.metrics.frames_dropped.labels(stream=cam, reason="live_policy")._value.get() for cam in cams)
+    assert 0 < dropped <= counted
+    assert "onnxruntime:CPUExecutionProvider" in text and "max_fps" in text
+
+
+def _overload_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("live sources dropped")]
