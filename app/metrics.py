@@ -11,7 +11,10 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
-LATENCY_STAGES = ("decode", "queue", "infer", "post", "total")
+from app.publish.messages import LATENCY_KEYS
+
+LATENCY_STAGES = LATENCY_KEYS
+"""The ``stage`` labels of the latency histogram: the keys of each message's ``latency_ms``."""
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0)
 STATES = ("connecting", "running", "reconnecting", "ended", "failed")
 

@@ -164,16 +164,16 @@ class ResultsStage:
         progress.total_ms.append(total_ms)
         if len(progress.total_ms) > 512:
             del progress.total_ms[:256]
-        self._observe(meta.stream_id, result, total_ms, dropped_before)
+        self._observe(meta.stream_id, payload["latency_ms"], dropped_before)
         if meta.stream_id in self._live:
             self._drops.published(meta.stream_id, dropped_before, result.infer_ms)
         if self._on_frame is not None:
             self._on_frame(result)
 
-    def _observe(self, stream_id: str, result: FrameResult, total_ms: float, dropped_before: int) -> None:
+    def _observe(self, stream_id: str, latency_ms: dict[str, float], dropped_before: int) -> None:
+        """Metrics of one published frame: its stage latencies are the message's own (same names, same values)."""
         m = self._metrics
-        m.count_published(stream_id, (("decode", result.meta.decode_ms), ("queue", result.queue_ms),
-                                      ("infer", result.infer_ms), ("post", result.post_ms), ("total", total_ms)))
+        m.count_published(stream_id, latency_ms.items())
         if dropped_before:
             m.frames_dropped.labels(stream=stream_id, reason="live_policy").inc(dropped_before)
         m.zmq_dropped.set(self._publisher.dropped_hwm)
