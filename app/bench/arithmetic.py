@@ -9,7 +9,10 @@ smaller inputs). ``scripts/fp32_peak.py`` prints the table.
 
 from __future__ import annotations
 
+import os
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -63,6 +66,23 @@ def sgemm_gflops(n: int = SGEMM_N, repeats: int = 3) -> float:
     for _ in range(repeats):
         a @ b
     return 2 * n**3 * repeats / (time.thread_time() - started) / 1e9
+
+
+def one_thread_sgemm_gflops(rounds: int = 3) -> float | None:
+    """The best of ``rounds`` :func:`sgemm_gflops` in a child process pinned to one BLAS thread; None if it fails.
+
+    A child, because a process's BLAS thread count is fixed when numpy loads (the bench's own numpy uses
+    every core).
+    """
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    code = ("from app.bench.arithmetic import sgemm_gflops; "
+            f"print(max(sgemm_gflops(repeats=2) for _ in range({int(rounds)})))")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                              check=True, cwd=Path(__file__).resolve().parents[2])
+        return round(float(done.stdout.strip().splitlines()[-1]), 1)
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
 
 
 def ort_session(model_path: Path | str) -> Any:

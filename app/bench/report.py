@@ -108,6 +108,8 @@ def _machine(console: Console, results: dict[str, Any]) -> None:
     table.add_row("onnxruntime", f"{m['onnxruntime']}; providers {', '.join(m['providers'])}")
     table.add_row("engine", str(results.get("model_only", {}).get("engine", "-")))
     table.add_row("model", f"{model.get('name', '-')} {model.get('input', '')} {model.get('layout', '')}")
+    if m.get("sgemm_gflops_one_thread"):
+        table.add_row("fp32 peak, one core", f"{m['sgemm_gflops_one_thread']} GFLOP/s (numpy 2048³ SGEMM, one thread)")
     table.add_row("load avg at start", " ".join(str(x) for x in m["load_avg_at_start"]))
     table.add_row("commit", m["commit"])
     table.add_row("other processes during runs", background_summary(results))
@@ -146,7 +148,8 @@ def throughput_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, s
             note = "" if not built or int(b) in built else "; the pipeline does not build this size"
             rows.append((f"model-only, batch {b}", f"{model_only['clip']} ({shape})", spread(entry["fps"]),
                          spread(entry["ms_per_batch"]),
-                         f"CPU {entry['cpu_ms_per_frame']['median']} ms/frame{note}"))
+                         f"CPU {entry['cpu_ms_per_frame']['median']} ms/frame"
+                         f"{_arithmetic_note(entry, results['machine'].get('sgemm_gflops_one_thread'))}{note}"))
     for label, entry in results.get("naive", {}).items():
         rows.append(("naive loop", label, spread(entry["fps"]), "", f"{entry['frames']} frames"))
     for label, entry in results.get("file", {}).items():
@@ -173,6 +176,14 @@ def throughput_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, s
                 rows.append((f"ratio e2e / {what}", label, spread(ratio[key]),
                              "", f"paired per repeat; ratio of medians {ratio[key + '_of_medians']}"))
     return rows
+
+
+def _arithmetic_note(entry: dict[str, Any], sgemm: float | None) -> str:
+    """``; 104 GFLOP/s per core (1.01 of SGEMM)``: how close model-only computes to the core's fp32 peak."""
+    rate = entry.get("gflops_per_core")
+    if not rate:
+        return ""
+    return f"; {rate} GFLOP/s per core" + (f" ({rate / sgemm:.2f} of SGEMM)" if sgemm else "")
 
 
 def _throughput(console: Console, results: dict[str, Any]) -> None:
@@ -286,7 +297,9 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [f"Machine: {m['cpu']} ({', '.join(m['cpu_flags'])}), {m['physical_cores']} physical cores / "
              f"{m['logical_cpus']} logical, {m['memory_gb']} GiB; {m['os']}; Python {m['python']}; "
              f"onnxruntime {m['onnxruntime']} ({', '.join(m['providers'])}); commit {m['commit']}. "
-             f"Other processes during the runs: {background_summary(results)}.", ""]
+             + (f"fp32 peak of one core (numpy 2048³ SGEMM, one thread): {m['sgemm_gflops_one_thread']} GFLOP/s. "
+                if m.get("sgemm_gflops_one_thread") else "")
+             + f"Other processes during the runs: {background_summary(results)}.", ""]
     lines += ["| benchmark | clip | fps, median (min–max) | ms / batch | notes |", "| --- | --- | --- | --- | --- |"]
     lines += ["| " + " | ".join(row) + " |" for row in throughput_rows(results)]
     lines += _markdown_stages(results) + _markdown_live(results) + _markdown_memory(results)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from app.bench import clips as clip_tools
+from app.bench.arithmetic import conv_gflop, one_thread_sgemm_gflops
 from app.bench.common import stat, wait_for_quiet
 from app.bench.file_mode import run_file_once, summarize_file
 from app.bench.live_mode import LiveSettings, live_overload, live_search, overload_k
@@ -74,9 +75,29 @@ class Context:
     live_runs: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
 
 
+def add_arithmetic_rate(summary: dict[str, Any], model_path: str) -> None:
+    """Model-only's GFLOP per frame and, per batch size, GFLOP/s per core of CPU (CPU providers only).
+
+    CPU ms per frame is the whole process's CPU over the frames, so GFLOP / CPU-second is the rate of
+    one busy core, the figure to set against the machine's one-thread SGEMM.
+    """
+    try:
+        gflop = conv_gflop(model_path, *summary["input_hw"])
+    except Exception as error:  # a model whose convolutions shape inference cannot size: no rate, no failure
+        logger.info("bench: no GFLOP count for %s: %s", model_path, error)
+        return
+    summary["gflop_per_frame"] = round(gflop, 3)
+    for entry in summary["batches"].values():
+        cpu_ms = entry["cpu_ms_per_frame"]["median"]
+        entry["gflops_per_core"] = round(gflop / (cpu_ms / 1e3), 1) if cpu_ms else None
+
+
 def new_results(plan: Plan) -> dict[str, Any]:
+    machine = machine_info()
+    if "model" in plan.sections:  # the core's fp32 peak, to read model-only's GFLOP/s against
+        machine["sgemm_gflops_one_thread"] = one_thread_sgemm_gflops()
     return {"schema": "detstream.bench/1", "started_at": round(time.time(), 3), "quick": plan.quick,
-            "machine": machine_info(), "errors": {}}
+            "machine": machine, "errors": {}}
 
 
 def run_suite(plan: Plan, results: dict[str, Any]) -> dict[str, Any]:
@@ -222,6 +243,8 @@ class _Throughput:
         frames = self.frames[label]
         out = summarize(rounds, self.engine.backend, len(frames), self.plan.model_seconds, self.engine.batch_sizes)
         out.update(clip=label, input_hw=list(frames[0].shape[1:]), rect=self.rect, in_flight=self.in_flight)
+        if self.engine.backend.endswith("CPUExecutionProvider"):
+            add_arithmetic_rate(out, self.ctx.spec.path)
         return out
 
     def _finish_model(self) -> None:

@@ -103,3 +103,13 @@ def test_memory_reports_peak_rss_and_rss_per_stream(quick_results):
     assert _positive(memory["peak_rss_mb_low"]["median"])
     assert _positive(memory["peak_rss_mb_high"]["median"])
     assert _finite(memory["rss_per_stream_mb"])
+
+
+def test_model_only_says_how_close_it_computes_to_the_cores_peak(quick_results):
+    sgemm = quick_results["machine"]["sgemm_gflops_one_thread"]
+    model_only = quick_results["model_only"]
+    assert _positive(sgemm)
+    assert model_only["gflop_per_frame"] == pytest.approx(5.565 * 320 / 416, rel=0.01)  # vtest runs at 416x320
+    for entry in model_only["batches"].values():
+        # GFLOP per CPU-second: well above a naive loop's few GFLOP/s, and a core cannot beat its SGEMM by 2x
+        assert 5 < entry["gflops_per_core"] < 2 * sgemm
