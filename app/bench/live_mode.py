@@ -115,7 +115,8 @@ def analyse_live_run(run: WorkerRun, k: int, settings: LiveSettings) -> dict[str
         "hwm_mb": run.hwm_mb,
         "background_cores": run.background_cores,
         "messages": len(dets),
-        "windows": minute_windows(steady_arrivals, run.rss_series) if settings.duration_s >= 2 * WINDOW_S else [],
+        "windows": (minute_windows(steady_arrivals, run.rss_series, run.cpu_between)
+                    if settings.duration_s >= 2 * WINDOW_S else []),
     }
 
 
@@ -124,13 +125,17 @@ def latency_ms(payload: dict[str, Any]) -> float:
     return (payload["published_at"] - payload["captured_at"]) * 1e3
 
 
-def minute_windows(arrivals: list[tuple[dict[str, Any], float]],
-                   rss_series: list[tuple[float, int]]) -> list[dict[str, Any]]:
-    """Per :data:`WINDOW_S` of receive time: messages, p99 latency, median inference time (does a bad minute
-    come from a slower host, or from waiting?), frames dropped before them, largest tree RSS.
+def minute_windows(arrivals: list[tuple[dict[str, Any], float]], rss_series: list[tuple[float, int]],
+                   cpu_between: Callable[[float, float], float | None] | None = None) -> list[dict[str, Any]]:
+    """Per :data:`WINDOW_S` of receive time: messages, p99 latency, median ``infer``, the worker's CPU per
+    frame, frames dropped before them, largest tree RSS. Does a bad minute come from a slower host or from
+    waiting?
 
+    ``infer`` runs from submit to result, so it also holds the wait behind the frame a CPU worker is
+    running: it grows with the load as well as with the host's speed. CPU per frame (``cpu_between``,
+    the worker's CPU seconds between two times) grows only when each frame costs more: the host's speed.
     ``arrivals`` are (payload, arrival time) in arrival order, on this process's monotonic clock like the
-    RSS samples; a last window shorter than half a window is left out.
+    RSS and CPU samples; a last window shorter than half a window is left out.
     """
     if not arrivals:
         return []
@@ -143,9 +148,11 @@ def minute_windows(arrivals: list[tuple[dict[str, Any], float]],
             continue
         latencies = [latency_ms(p) for p in inside]
         rss = [b for t, b in rss_series if lo <= t < hi]
+        cpu_s = cpu_between(lo, min(hi, end)) if cpu_between is not None else None
         windows.append({"start_s": round(index * WINDOW_S), "messages": len(inside),
                         "p99_ms": percentiles(latencies, (99,))["p99"],
                         "infer_p50_ms": round(float(np.median([p["latency_ms"]["infer"] for p in inside])), 1),
+                        "cpu_ms_per_frame": round(cpu_s * 1e3 / len(inside), 2) if cpu_s is not None else None,
                         "drops": sum(p["dropped_before"] for p in inside),
                         "rss_mb": round(max(rss) / 2**20, 1) if rss else None})
     return windows

@@ -258,11 +258,14 @@ def windows_lines(live: dict[str, Any]) -> list[str]:
             worst = windows[p99.index(max(p99))]
             per_minute = ", ".join(f"{v:g}" for v in p99)
             infer = ", ".join(f"{w['infer_p50_ms']:g}" for w in windows)
+            cpu = [w.get("cpu_ms_per_frame") for w in windows]
+            cpu_text = ("; worker CPU ms per frame per minute: " + ", ".join(f"{c:g}" for c in cpu)
+                        if all(c is not None for c in cpu) else "")
             lines.append(f"K={step['k']}, minute by minute ({len(windows)} minutes): p99 {min(p99):g}–{max(p99):g} ms "
                          f"(worst from {worst['start_s']} s), drops per minute at most "
                          f"{max(w['drops'] for w in windows)}, RSS {rss[0] if rss else '-'} MB in the first minute, "
                          f"{rss[-1] if rss else '-'} MB in the last; p99 per minute: {per_minute}; "
-                         f"median inference per minute: {infer}")
+                         f"median infer (submit to result, waits included) per minute: {infer}{cpu_text}")
     return lines
 
 

@@ -3,13 +3,12 @@
 The live policy drops frames on purpose: a camera over its quota, or a frame
 older than ``max_staleness_ms``. Each drop is counted (``dropped_before``, the
 ``dropped`` status field, ``detstream_frames_dropped_total{reason="live_policy"}``),
-but a count does not tell an operator why or what to change. Frigate warns
-that its detector is too slow for the cameras it has; this is that warning.
-The postprocess thread feeds :class:`DropReport` every published frame; once
-drops have gone on for ``settle_s``, one WARNING gives the drops per stream,
-the rate the engine kept up, its inference time, and the three ways out. Then
-at most one line per ``interval_s``, so a worker that stays overloaded does not
-flood its log.
+but a count does not tell an operator why, or what to change; this warning
+does, in the worker's own log. The postprocess thread feeds
+:class:`DropReport` every published live frame; once drops have gone on for
+``settle_s``, one WARNING gives the drops per stream, the rate the engine kept
+up, its inference time, and the three ways out. Then at most one line per
+``interval_s``, so a worker that stays overloaded does not flood its log.
 """
 
 from __future__ import annotations

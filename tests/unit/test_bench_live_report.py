@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from app.bench.live_mode import minute_windows
 from app.bench.report import largest_k_text, windows_lines
 
@@ -41,9 +43,34 @@ def test_the_report_line_names_the_worst_minute_and_the_rss_trend():
     assert "p99 50–400 ms (worst from 60 s)" in line
     assert "drops per minute at most 3" in line
     assert "200.0 MB in the first minute, 220.0 MB in the last" in line
-    assert line.endswith("median inference per minute: 40, 40, 40")
+    assert line.endswith("median infer (submit to result, waits included) per minute: 40, 40, 40")
 
 
 def test_a_run_where_every_k_dropped_says_so_instead_of_k_0():
     assert largest_k_text({"max_k_no_drops": 0, "steps": [{"k": 8}]}) == "none of K = 8"
     assert largest_k_text({"max_k_no_drops": 6, "steps": [{"k": 6}, {"k": 8}]}) == "6"
+
+
+def test_cpu_per_frame_tells_a_slower_host_from_waiting():
+    """Worker CPU 2 cores-worth per second for 2 minutes, then 20 % more per frame: only the last minute rises."""
+    arrivals, rss = _run(170)
+
+    def cpu_between(t0: float, t1: float) -> float:
+        def cpu_at(t: float) -> float:  # cumulative CPU seconds; 1.2x the rate from 620 s (120 s into the run)
+            return 0.04 * 10 * (min(t, 620.0) - 500.0) + 1.2 * 0.04 * 10 * max(0.0, t - 620.0)
+        return cpu_at(t1) - cpu_at(t0)
+
+    windows = minute_windows(arrivals, rss, cpu_between)
+    cpu = [w["cpu_ms_per_frame"] for w in windows]
+    assert cpu[0] == pytest.approx(40.0, abs=0.05) and cpu[1] == pytest.approx(40.0, abs=0.05)  # 0.4 CPU s/s, 10 fps
+    assert 47 < cpu[2] < 48.5  # the 20 % more per frame of the last minute (its first 0.05 s at the old rate)
+    assert [w["infer_p50_ms"] for w in windows] == [40.0, 40.0, 40.0]
+    [line] = windows_lines({"steps": [{"k": 8, "runs": [{"windows": windows}]}]})
+    assert "worker CPU ms per frame per minute: 40" in line
+
+
+def test_windows_without_cpu_samples_leave_the_column_out():
+    windows = minute_windows(*_run(170))
+    assert all(w["cpu_ms_per_frame"] is None for w in windows)
+    [line] = windows_lines({"steps": [{"k": 8, "runs": [{"windows": windows}]}]})
+    assert "worker CPU" not in line
