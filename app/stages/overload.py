@@ -7,7 +7,7 @@ but a count does not tell an operator why, or what to change; this warning
 does, in the worker's own log. The postprocess thread feeds
 :class:`DropReport` every published live frame; once drops have gone on for
 ``settle_s``, one WARNING gives the drops per stream, the rate the engine kept
-up, its inference time, and the three ways out. Then at most one line per
+up, its batches' time from submit to result, and the three ways out. Then at most one line per
 ``interval_s``, so a worker that stays overloaded does not flood its log.
 """
 
@@ -88,8 +88,8 @@ class DropReport:
         rate = self._published / seconds if seconds > 0 else 0.0
         infer = statistics.median(self._infer_ms) if self._infer_ms else 0.0
         return (f"live sources dropped {total} frames in {seconds:.0f} s ({named}): the cameras offer more frames "
-                f"than the engine runs. It published {rate:.1f} frames/s, with a median inference of "
-                f"{infer:.0f} ms per batch on {self._backend}. To stop the drops: lower the sources' max_fps, "
+                f"than the engine runs. It published {rate:.1f} frames/s on {self._backend}, a batch taking a "
+                f"median {infer:.0f} ms from submit to result. To stop the drops: lower the sources' max_fps, "
                 "move cameras to another worker, or use a faster model (on a CPU: --model yolov3-tiny-int8). "
                 'Drops are counted in detstream_frames_dropped_total{reason="live_policy"}.')
 
