@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import queue
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -70,6 +71,7 @@ class ResultsStage:
         self._last_heartbeat = time.monotonic()
         self.last_publish_at = time.monotonic()
         self._live = {s.id for s in config.sources if s.effective_mode is SourceMode.LIVE}
+        self._engine_dropped: Counter[str] = Counter()  # per stream, lost to engine errors since its last publish
         self._drops = DropReport(engine_name)  # says when live cameras offer more than the engine runs
         self._thread = StageThread(self._run, "detstream.postprocess")
 
@@ -98,6 +100,7 @@ class ResultsStage:
                 if item:
                     self._handle(item)
                 self._heartbeat_if_due()
+                self._warn_if_overloaded()
             self._drain_statuses()
             for stream_id in list(self._pending_terminal):
                 self._publish_terminal(stream_id)
@@ -126,6 +129,7 @@ class ResultsStage:
         self._metrics.engine_failures.inc()
         for slot in item.batch.slots:
             self._batcher.count_drop(slot.owner)
+            self._engine_dropped[slot.owner] += 1
             self._metrics.frames_dropped.labels(stream=slot.owner, reason="engine_error").inc()
         logger.warning("dropped %d frames after an engine error: %s", len(item.batch.slots), item.error)
         self._batcher.release(item.batch.slots)
@@ -164,18 +168,20 @@ class ResultsStage:
         progress.total_ms.append(total_ms)
         if len(progress.total_ms) > 512:
             del progress.total_ms[:256]
-        self._observe(meta.stream_id, payload["latency_ms"], dropped_before)
+        # the seq gap holds frames the live policy dropped and frames lost to an engine error (counted there)
+        policy_drops = max(0, dropped_before - self._engine_dropped.pop(meta.stream_id, 0))
+        self._observe(meta.stream_id, payload["latency_ms"], policy_drops)
         if meta.stream_id in self._live:
-            self._drops.published(meta.stream_id, dropped_before, result.infer_ms)
+            self._drops.published(meta.stream_id, policy_drops, result.infer_ms)
         if self._on_frame is not None:
             self._on_frame(result)
 
-    def _observe(self, stream_id: str, latency_ms: dict[str, float], dropped_before: int) -> None:
+    def _observe(self, stream_id: str, latency_ms: dict[str, float], policy_drops: int) -> None:
         """Metrics of one published frame: its stage latencies are the message's own (same names, same values)."""
         m = self._metrics
         m.count_published(stream_id, latency_ms.items())
-        if dropped_before:
-            m.frames_dropped.labels(stream=stream_id, reason="live_policy").inc(dropped_before)
+        if policy_drops:
+            m.frames_dropped.labels(stream=stream_id, reason="live_policy").inc(policy_drops)
         m.zmq_dropped.set(self._publisher.dropped_hwm)
 
     # -- statuses ----------------------------------------------------------
@@ -216,10 +222,12 @@ class ResultsStage:
         self._publisher.publish_status(stream_id, payload)
         self.last_publish_at = time.monotonic()
 
-    def _heartbeat_if_due(self) -> None:
+    def _warn_if_overloaded(self) -> None:
         overload = self._drops.due()
         if overload:
             logger.warning(overload)
+
+    def _heartbeat_if_due(self) -> None:
         now = time.monotonic()
         if now - self._last_heartbeat < self._config.publish.heartbeat_s:
             return

@@ -78,6 +78,9 @@ def test_an_engine_error_on_one_batch_costs_those_frames_and_the_run_goes_on(sma
     final = collector.statuses("s")[-1]
     assert final["state"] == "ended" and final["dropped"] == len(lost)
     assert pipeline.metrics.engine_failures._value.get() == 1
+    dropped = pipeline.metrics.frames_dropped
+    assert dropped.labels(stream="s", reason="engine_error")._value.get() == len(lost)
+    assert dropped.labels(stream="s", reason="live_policy")._value.get() == 0  # counted once, under its own reason
 
 
 def test_steady_state_allocates_nothing_that_grows_with_frames(small_clip):
