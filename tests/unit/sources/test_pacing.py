@@ -80,13 +80,34 @@ def test_pacing_releases_each_frame_at_its_pts_relative_time():
     assert released == pytest.approx([i / 10 for i in range(10)])
 
 
-def test_pacing_reanchors_after_a_loop_restart_and_when_far_behind():
+def test_a_loop_restart_keeps_the_cadence_instead_of_sending_two_frames_at_once():
+    fake = FakeTime()
+    pacer = RealtimePacer(fake.clock)
+    for i in range(5):  # a 5-fps clip of five frames, then its second pass
+        pacer.wait(i * 0.2, fake.sleep)
+    last = fake.now
+    pacer.reset()  # what the decoder does when it reopens the file
+    pacer.wait(0.0, fake.sleep)
+    assert fake.now - last == pytest.approx(0.2), "the first frame of the next pass comes one interval later"
+    pacer.wait(0.2, fake.sleep)
+    assert fake.now - last == pytest.approx(0.4)
+
+
+def test_pts_going_back_without_a_reset_also_keeps_the_cadence():
+    fake = FakeTime()
+    pacer = RealtimePacer(fake.clock)
+    for pts in (10.0, 10.1, 10.2):
+        pacer.wait(pts, fake.sleep)
+    last = fake.now
+    pacer.wait(0.0, fake.sleep)  # pts went back: the stream restarted its clock
+    assert fake.now - last == pytest.approx(0.1)
+
+
+def test_pacing_reanchors_when_far_behind():
     fake = FakeTime()
     pacer = RealtimePacer(fake.clock, max_lag_s=1.0)
     pacer.wait(0.0, fake.sleep)
     pacer.wait(5.0, fake.sleep)
-    assert fake.now == pytest.approx(55.0)
-    pacer.wait(0.0, fake.sleep)  # pts went back: a new pass starts now, no sleep
     assert fake.now == pytest.approx(55.0)
     fake.now += 3.0  # the consumer stalled for 3 s
     pacer.wait(0.1, fake.sleep)
@@ -107,6 +128,6 @@ def test_a_forward_timestamp_jump_reanchors_instead_of_sleeping_for_hours():
     pacer.wait(0.0, fake.sleep)
     pacer.wait(0.1, fake.sleep)
     pacer.wait(36000.1, fake.sleep)  # a 10-hour discontinuity in the stream's clock
-    assert fake.now == pytest.approx(50.1)
+    assert fake.now == pytest.approx(50.2)  # one frame interval after the frame before it, not 10 hours
     pacer.wait(36000.2, fake.sleep)
     assert fake.sleeps[-1] == pytest.approx(0.1), "after the jump, frames are paced from the new anchor"
