@@ -92,10 +92,9 @@ class RealtimePacer:
         step = None if self._last_pts is None else pts_s - self._last_pts
         if step is not None and 0 < step <= self._max_gap_s:
             self._step_s = step
-        if self._anchor is None:
+        jumped = step is not None and not 0 <= step <= self._max_gap_s
+        if self._anchor is None or jumped:  # first frame now; after a restart or a jump, keep the cadence
             self._anchor = (pts_s, now if self._last_due is None else self._last_due + self._step_s)
-        elif step is not None and not 0 <= step <= self._max_gap_s:  # jumped: keep the cadence
-            self._anchor = (pts_s, self._last_due + self._step_s if self._last_due is not None else now)
         self._last_pts = pts_s
         due = self._anchor[1] + (pts_s - self._anchor[0])
         if now - due > self._max_lag_s:
