@@ -42,6 +42,9 @@ class PipelineMetrics:
         self.ring_occupancy = Gauge("detstream_ring_occupancy_ratio", "Fraction of ring slots in use", registry=r)
         self.zmq_dropped = Gauge("detstream_zmq_hwm_dropped_total", "Messages dropped at the ZeroMQ high-water mark",
                                  registry=r)
+        self.inference_cpu = Counter("detstream_inference_cpu_seconds_total",
+                                     "CPU seconds the CPU inference workers spent running published frames",
+                                     registry=r)
         self.engine_failures = Counter("detstream_engine_batch_failures_total", "Batches the engine failed on",
                                        registry=r)
         self.engine = Info("detstream_engine", "Inference backend and model", registry=r)

@@ -24,6 +24,10 @@ from app.types import ModelSpec
 class InferenceHandle(ABC):
     """Completion of one submitted batch."""
 
+    cpu_s: float | None = None
+    """CPU seconds this batch's inference took on the host, where the engine measures it (the ONNX
+    Runtime CPU workers); None where the work is not CPU time (GPU backends)."""
+
     @abstractmethod
     def wait(self) -> list[np.ndarray]:
         """Block until done; return the model outputs, each with leading dim = frames submitted.

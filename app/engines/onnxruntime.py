@@ -136,10 +136,12 @@ class OrtEngine(Engine):
         self._lock = threading.Lock()
         self._staging: list[np.ndarray | None] = [None] * self._outputs.count  # input rows, per set, when needed
         self._last: list[WorkerHandle | None] = [None] * self._outputs.count
-        self._spans = np.zeros((self._outputs.count, rows, 2))
+        self._spans = np.zeros((self._outputs.count, rows, 3))  # per job: start, end, CPU s
         self._workers: CpuWorkers | None = None
         if concurrent if concurrent is not None else self.provider == CPU:
-            self._workers = CpuWorkers(self._session, spec.input_name, self._dtype, config.contexts)
+            one_thread = self.provider == CPU and intra_op_threads(config, CPU, concurrent) == 1
+            self._workers = CpuWorkers(self._session, spec.input_name, self._dtype, config.contexts,
+                                       measure_cpu=one_thread)
             self.batch_window = False  # every frame runs alone: waiting for company only adds latency
             weakref.finalize(self, self._workers.close)  # an engine dropped without close() still stops its threads
 

@@ -44,12 +44,12 @@ class WorkerHandle(InferenceHandle):
     """One submitted batch: ``jobs`` jobs that workers complete in any order.
 
     ``spans`` holds each job's ``time.perf_counter()`` start and end of the
-    run (rows of a preallocated array, valid as long as the outputs), for
-    metrics and tests.
+    run and the CPU seconds its thread spent in it (rows of a preallocated
+    array, valid as long as the outputs), for metrics and tests.
     """
 
     __slots__ = ("_done", "_error", "_left", "_lock", "_parts", "_what", "bindings", "chunk", "done_at", "frames",
-                 "input_shape", "n", "outputs", "spans", "staging")
+                 "input_shape", "jobs", "n", "outputs", "spans", "staging")
 
     # Two plain locks instead of an Event (a Condition and a deque each): _lock guards the count, _done is held
     # until the last job ends, so waiting is acquiring it. A submit then allocates a few hundred bytes.
@@ -66,6 +66,7 @@ class WorkerHandle(InferenceHandle):
         self.staging = staging
         self.outputs = outputs
         self.spans = spans
+        self.jobs = jobs
         self._parts: list[list[np.ndarray]] | None = None if outputs is not None else [[] for _ in range(jobs)]
         self._left = jobs
         self.done_at: float | None = None  # time.monotonic() when the last job ended: the batch's inference time
@@ -83,6 +84,13 @@ class WorkerHandle(InferenceHandle):
             return self.outputs
         parts = self._parts or []
         return [np.concatenate([part[i] for part in parts])[: self.n] for i in range(len(parts[0]))]
+
+    @property
+    def cpu_s(self) -> float | None:
+        """CPU seconds the worker threads spent running this batch's jobs (read after :meth:`wait`); None
+        when the runs use more than their own thread (see :class:`CpuWorkers`)."""
+        total = float(self.spans[: self.jobs, 2].sum())
+        return None if total != total else total  # NaN: not measured
 
     def finished(self) -> None:
         """Block until every job is done, without looking at the result (the engine thread, before reusing a set)."""
@@ -107,11 +115,17 @@ class WorkerHandle(InferenceHandle):
 
 
 class CpuWorkers:
-    """``count`` threads running jobs from one FIFO on a shared session (see the module docstring)."""
+    """``count`` threads running jobs from one FIFO on a shared session (see the module docstring).
+
+    ``measure_cpu``: the session runs on one intra-op thread, the calling worker's, so that thread's CPU
+    time over a run is the run's whole cost; with more threads the pool's share would be missed, and a
+    job's CPU stays NaN (unknown) instead.
+    """
 
     def __init__(self, session: Any, input_name: str, dtype: np.dtype, count: int,
-                 name: str = "detstream.engine") -> None:
+                 name: str = "detstream.engine", measure_cpu: bool = False) -> None:
         self._session = session
+        self._measure_cpu = measure_cpu
         self._input_name = input_name
         self._dtype = dtype
         self._jobs: queue.SimpleQueue[tuple[WorkerHandle, int] | None] = queue.SimpleQueue()
@@ -193,9 +207,11 @@ class CpuWorkers:
         source = handle.frames[job] if handle.staging is None else self._stage(handle, job)
         binding.bind_input(self._input_name, "cpu", 0, self._dtype, handle.input_shape, source.ctypes.data)
         spans = handle.spans
+        cpu = time.thread_time()
         spans[job, 0] = time.perf_counter()
         self._session.run_with_iobinding(binding)
         spans[job, 1] = time.perf_counter()
+        spans[job, 2] = time.thread_time() - cpu if self._measure_cpu else np.nan
         if handle.outputs is None:
             handle.keep_outputs(job, binding.copy_outputs_to_cpu())
 

@@ -6,8 +6,11 @@ older than ``max_staleness_ms``. Each drop is counted (``dropped_before``, the
 but a count does not tell an operator why, or what to change; this warning
 does, in the worker's own log. The postprocess thread feeds
 :class:`DropReport` every published live frame; once drops have gone on for
-``settle_s``, one WARNING gives the drops per stream, the rate the engine kept
-up, its batches' time from submit to result, and the three ways out. Then at most one line per
+``settle_s``, one WARNING gives the drops per stream, the rate the cameras
+offered and the rate the engine kept up, its batches' time from submit to
+result, what a frame cost in inference CPU where the engine measures it (a
+cost that rises over the hours says the host got slower, not the cameras
+more), and the three ways out. Then at most one line per
 ``interval_s``, so a worker that stays overloaded does not flood its log.
 """
 
@@ -43,15 +46,19 @@ class DropReport:
         self._dropped: Counter[str] = Counter()
         self._published = 0
         self._infer_ms: list[float] = []
+        self._cpu_ms: list[float] = []
 
-    def published(self, stream_id: str, dropped_before: int, infer_ms: float) -> None:
-        """One published frame of ``stream_id``, after ``dropped_before`` frames of it were dropped."""
+    def published(self, stream_id: str, dropped_before: int, infer_ms: float, cpu_ms: float | None = None) -> None:
+        """One published frame of ``stream_id``, after ``dropped_before`` frames of it were dropped;
+        ``cpu_ms``: its share of its batch's inference CPU, when the engine measures it."""
         now = self._clock()
         if self._window_start is None:
             self._window_start = now
         self._published += 1
         if len(self._infer_ms) < 4096:
             self._infer_ms.append(infer_ms)
+            if cpu_ms is not None:
+                self._cpu_ms.append(cpu_ms)
         if dropped_before > 0:
             self._dropped[stream_id] += dropped_before
             if self._first_drop_at is None:
@@ -86,10 +93,13 @@ class DropReport:
         if len(ranked) > MAX_STREAMS_NAMED:
             named += f", and {len(ranked) - MAX_STREAMS_NAMED} more streams"
         rate = self._published / seconds if seconds > 0 else 0.0
+        offered = (self._published + total) / seconds if seconds > 0 else 0.0
         infer = statistics.median(self._infer_ms) if self._infer_ms else 0.0
+        cpu = f", a frame {statistics.median(self._cpu_ms):.0f} ms of inference CPU" if self._cpu_ms else ""
         return (f"live sources dropped {total} frames in {seconds:.0f} s ({named}): the cameras offer more frames "
-                f"than the engine runs. It published {rate:.1f} frames/s on {self._backend}, a batch taking a "
-                f"median {infer:.0f} ms from submit to result. To stop the drops: lower the sources' max_fps, "
+                f"than the engine runs. They offered {offered:.1f} frames/s. It published {rate:.1f} frames/s on "
+                f"{self._backend}, a batch taking a median {infer:.0f} ms from submit to result{cpu}. "
+                "To stop the drops: lower the sources' max_fps, "
                 "move cameras to another worker, or use a faster model (on a CPU: --model yolov3-tiny-int8). "
                 'Drops are counted in detstream_frames_dropped_total{reason="live_policy"}.')
 
@@ -99,3 +109,4 @@ class DropReport:
         self._dropped.clear()
         self._published = 0
         self._infer_ms.clear()
+        self._cpu_ms.clear()

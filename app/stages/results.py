@@ -146,13 +146,17 @@ class ResultsStage:
                                   class_ids_keep=self._keep, max_detections=model.max_detections)
         self._batcher.release(slots)  # pixels are no longer needed; metas stay alive here
         post_ms = (time.monotonic() - t_post) * 1e3 / len(metas)
+        cpu_s = item.handle.cpu_s  # None unless the engine measures it (CPU workers on one thread each)
+        cpu_ms = None if cpu_s is None else cpu_s * 1e3 / len(metas)
+        if cpu_s is not None:
+            self._metrics.inference_cpu.inc(cpu_s)
         for meta, dets in zip(metas, detections, strict=True):
             if self._trackers is not None:
                 dets = self._trackers.update(meta.stream_id, dets)
             result = FrameResult(meta, dets, (item.t_submit - meta.t_ready) * 1e3, infer_ms, post_ms)
-            self._publish_frame(result)
+            self._publish_frame(result, cpu_ms)
 
-    def _publish_frame(self, result: FrameResult) -> None:
+    def _publish_frame(self, result: FrameResult, cpu_ms: float | None = None) -> None:
         meta = result.meta
         progress = self.progress[meta.stream_id]
         dropped_before = meta.seq - progress.last_seq - 1
@@ -172,7 +176,7 @@ class ResultsStage:
         policy_drops = max(0, dropped_before - self._engine_dropped.pop(meta.stream_id, 0))
         self._observe(meta.stream_id, payload["latency_ms"], policy_drops)
         if meta.stream_id in self._live:
-            self._drops.published(meta.stream_id, policy_drops, result.infer_ms)
+            self._drops.published(meta.stream_id, policy_drops, result.infer_ms, cpu_ms)
         if self._on_frame is not None:
             self._on_frame(result)
 

@@ -173,6 +173,20 @@ def test_metrics_show_frames_latencies_batches_ring_and_engine(run):
     assert sample(families, "detstream_source_state", stream="clip", state="running") == 1.0
 
 
+def test_metrics_give_what_a_frame_costs_in_inference_cpu(run):
+    """CPU seconds of the inference runs over frames published: a frame's cost, which rises when the host slows."""
+    from app.config import EngineConfig
+    from app.engines.onnxruntime import physical_cores
+
+    families = list(text_string_to_metric_families(run["seen"].metrics[-1]))
+    cpu_s = sample(families, "detstream_inference_cpu_seconds_total")
+    assert cpu_s is not None
+    if physical_cores() // EngineConfig().contexts != 1:
+        pytest.skip("runs on several threads each: their CPU is not measured (the counter stays 0)")
+    frames = sample(families, "detstream_frames_published_total", stream="clip")
+    assert frames and 0.005 < cpu_s / frames < 1.0, (cpu_s, frames)  # yolov3-tiny: tens of ms per frame here
+
+
 def test_metrics_count_decoded_frames(run):
     families = list(text_string_to_metric_families(run["seen"].metrics[-1]))
     assert sample(families, "detstream_frames_decoded_total", stream="clip") > 0

@@ -147,6 +147,10 @@ def test_live_cameras_beyond_the_engine_get_one_warning_that_says_why(small_clip
     counted = sum(pipeline.metrics.frames_dropped.labels(stream=cam, reason="live_policy")._value.get() for cam in cams)
     assert 0 < dropped <= counted
     assert "onnxruntime:CPUExecutionProvider" in text and "max_fps" in text
+    offered = float(text.split("They offered ")[1].split(" frames/s")[0])
+    assert offered > published, text  # six 25-fps cameras ask for up to 150 frames/s
+    cpu_ms = float(text.split("a frame ")[1].split(" ms of inference CPU")[0])
+    assert 5 < cpu_ms < 500, text  # yolov3-tiny fp32 on one core: tens of ms
 
 
 def _overload_lines(caplog) -> list[str]:

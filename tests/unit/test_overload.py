@@ -21,12 +21,12 @@ def _report(clock: Clock) -> DropReport:
 
 
 def _publish(report: DropReport, clock: Clock, seconds: float, fps: float, drops_every: int = 0,
-             streams: tuple[str, ...] = ("cam0", "cam1")) -> None:
+             streams: tuple[str, ...] = ("cam0", "cam1"), cpu_ms: float | None = None) -> None:
     """``seconds`` of frames at ``fps``, round-robin over ``streams``; every ``drops_every``-th frame follows a drop."""
     for i in range(round(seconds * fps)):
         clock.now += 1.0 / fps
         dropped = 1 if drops_every and i % drops_every == 0 else 0
-        report.published(streams[i % len(streams)], dropped, infer_ms=88.0)
+        report.published(streams[i % len(streams)], dropped, infer_ms=88.0, cpu_ms=cpu_ms)
 
 
 def test_no_drops_never_reports() -> None:
@@ -48,7 +48,10 @@ def test_drops_report_once_settled_with_counts_rate_and_advice() -> None:
     assert text.startswith("live sources dropped 110 frames in 11 s (cam0 110)")  # even frames go to cam0
     published = float(re.search(r"published ([\d.]+) frames/s", text).group(1))
     assert abs(published - 40.0) < 0.5
-    assert "on onnxruntime:CPUExecutionProvider, a batch taking a median 88 ms from submit to result" in text
+    offered = float(re.search(r"offered ([\d.]+) frames/s", text).group(1))
+    assert abs(offered - 50.0) < 0.5  # 440 published + 110 dropped in 11 s
+    assert "on onnxruntime:CPUExecutionProvider, a batch taking a median 88 ms from submit to result. " in text
+    assert "inference CPU" not in text  # an engine that does not measure it: no CPU figure
     assert "max_fps" in text and "yolov3-tiny-int8" in text and 'reason="live_policy"' in text
 
 
@@ -79,3 +82,12 @@ def test_a_quiet_hour_does_not_dilute_the_rate_of_a_later_overload() -> None:
     assert text is not None
     published = float(re.search(r"published ([\d.]+) frames/s", text).group(1))
     assert published > 30, text
+
+
+def test_the_report_gives_what_a_frame_cost_in_inference_cpu_when_the_engine_measures_it() -> None:
+    clock = Clock()
+    report = _report(clock)
+    _publish(report, clock, 11, 40, drops_every=4, cpu_ms=43.2)
+    text = report.due()
+    assert text is not None
+    assert "from submit to result, a frame 43 ms of inference CPU. To stop the drops" in text

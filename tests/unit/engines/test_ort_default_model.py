@@ -85,9 +85,31 @@ def test_two_frames_run_at_the_same_time_on_two_workers(engine: OrtEngine, spec:
         handle = engine.submit(frames)
         handle.wait()
         assert isinstance(handle, WorkerHandle)
-        (start_a, end_a), (start_b, end_b) = handle.spans[:2]
+        (start_a, end_a), (start_b, end_b) = handle.spans[:2, :2]
         overlaps += start_b < end_a and start_a < end_b
     assert overlaps >= 3, f"two single-frame jobs overlapped in only {overlaps} of 4 batches"
+
+
+def test_a_batch_reports_its_inference_cpu_when_each_run_has_one_thread(engine: OrtEngine, spec: ModelSpec) -> None:
+    """The workers' own CPU over their runs is what the frames cost (detstream_inference_cpu_seconds_total)."""
+    frames = list(_frames(3, (spec.input_height, spec.input_width), seed=5))
+    handle = engine.submit(frames)
+    handle.wait()
+    walls = handle.spans[:3, 1] - handle.spans[:3, 0]
+    cpus = handle.spans[:3, 2]
+    assert handle.cpu_s == pytest.approx(cpus.sum())
+    assert np.all(cpus > 0.005), cpus  # a 416x416 yolov3-tiny run is tens of ms of arithmetic
+    assert np.all(cpus <= walls * 1.05 + 0.002), (cpus, walls)  # one thread cannot use more CPU than wall time
+
+
+def test_runs_on_more_threads_than_their_own_report_no_cpu(spec: ModelSpec) -> None:
+    engine = OrtEngine(spec, EngineConfig(backend="onnxruntime", max_batch=2, contexts=1, intra_op_threads=2))
+    try:
+        handle = engine.submit(list(_frames(1, (spec.input_height, spec.input_width), seed=6)))
+        handle.wait()
+        assert handle.cpu_s is None  # the pool thread's share would be missed: unknown, not too low
+    finally:
+        engine.close()
 
 
 def test_close_with_frames_still_queued_neither_hangs_nor_crashes(spec: ModelSpec) -> None:
