@@ -172,6 +172,7 @@ class RssSampler:
         self.cpu_s = 0.0
         self.cpu_series: list[tuple[float, float]] = []  # (monotonic time, tree CPU seconds)
         self.rss_series: list[tuple[float, int]] = []  # (monotonic time, tree RSS bytes)
+        self.busy_series: list[tuple[float, float]] = []  # (monotonic time, the machine's busy CPU seconds)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench.rss", daemon=True)
 
@@ -201,6 +202,7 @@ class RssSampler:
             self.cpu_s = max(self.cpu_s, cpu)
             self.cpu_series.append((now, self.cpu_s))
             self.rss_series.append((now, total))
+            self.busy_series.append((now, _proc_stat()[0]))
             self.hwm_bytes = max(self.hwm_bytes, _vm_hwm(self.pid))
             self._stop.wait(self.interval_s)
 
@@ -271,6 +273,7 @@ class WorkerRun:
     messages: list[Received]
     stderr_tail: str
     encoding: str = "json"
+    busy_series: list[tuple[float, float]] = field(default_factory=list)
     _parsed: list[tuple[str, dict[str, Any], float]] | None = field(default=None, repr=False)
 
     @property
@@ -291,10 +294,13 @@ class WorkerRun:
 
     def cpu_between(self, t0: float, t1: float) -> float | None:
         """Worker CPU seconds used between two monotonic times (interpolated from the 0.1 s samples)."""
-        if len(self.cpu_series) < 2 or t1 <= t0:
-            return None
-        times, cpu = zip(*self.cpu_series, strict=True)
-        return float(np.interp(t1, times, cpu) - np.interp(t0, times, cpu))
+        return _between(self.cpu_series, t0, t1)
+
+    def background_between(self, t0: float, t1: float) -> float | None:
+        """CPU seconds *other* processes used between two monotonic times: the machine's busy time less the
+        worker's (and this process's sampling, which is small), from the same 0.1 s samples."""
+        busy, own = _between(self.busy_series, t0, t1), _between(self.cpu_series, t0, t1)
+        return None if busy is None or own is None else max(busy - own, 0.0)
 
     def steady_peak_rss_mb(self) -> float:
         """Largest sampled RSS from the first received message on: running, without the start-up transient."""
@@ -309,6 +315,14 @@ class WorkerRun:
             raise RuntimeError(f"worker overran its time limit: {' '.join(self.argv)}\n{self.stderr_tail}")
         if self.returncode != 0:
             raise RuntimeError(f"worker exited with {self.returncode}: {' '.join(self.argv)}\n{self.stderr_tail}")
+
+
+def _between(series: list[tuple[float, float]], t0: float, t1: float) -> float | None:
+    """How much a cumulative sampled quantity grew between two times (linear between samples)."""
+    if len(series) < 2 or t1 <= t0:
+        return None
+    times, values = zip(*series, strict=True)
+    return float(np.interp(t1, times, values) - np.interp(t0, times, values))
 
 
 def worker_argv(args: list[str]) -> list[str]:
@@ -348,7 +362,8 @@ def run_worker(args: list[str], endpoint: str, timeout_s: float, encoding: str =
         log.seek(0)
         tail = log.read()[-4000:]
     return WorkerRun(argv, returncode, t_start, t_exit, sampler.peak_mb, sampler.hwm_mb, sampler.cpu_s, other,
-                     timed_out, sampler.cpu_series, sampler.rss_series, messages, tail, encoding)
+                     timed_out, sampler.cpu_series, sampler.rss_series, messages, tail, encoding,
+                     sampler.busy_series)
 
 
 def _end(proc: subprocess.Popen) -> int:

@@ -13,7 +13,9 @@ phases). Per run, from the messages:
   the camera's last published frame; both are kept in the JSON;
 * for runs of two minutes or more, the same per minute (``windows``: p99,
   median inference time, drops, largest RSS), which is what "steady over 10 minutes" asks: a worst
-  minute and a growing RSS show what one p99 over the whole run hides.
+  minute and a growing RSS show what one p99 over the whole run hides; and per second (``seconds``,
+  :mod:`app.bench.late_seconds`): which seconds were late, and whether the host, other processes or
+  the pipeline made them so.
 
 The search runs K upward and stops after the first K that dropped a frame in
 any repeat, always measuring the target K as well. The overload run asks for
@@ -34,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from app.bench.common import WorkerRun, free_port, percentiles, run_worker, stat
+from app.bench.late_seconds import second_by_second
 from app.bench.workers import base_tree, write_config
 
 logger = logging.getLogger(__name__)
@@ -117,6 +120,8 @@ def analyse_live_run(run: WorkerRun, k: int, settings: LiveSettings) -> dict[str
         "messages": len(dets),
         "windows": (minute_windows(steady_arrivals, run.rss_series, run.cpu_between)
                     if settings.duration_s >= 2 * WINDOW_S else []),
+        "seconds": (second_by_second(steady_arrivals, run.cpu_between, run.background_between)
+                    if settings.duration_s >= 2 * WINDOW_S else {}),
     }
 
 
@@ -176,7 +181,8 @@ def summarize_step(k: int, runs: list[dict[str, Any]], fps: float) -> dict[str, 
         "peak_rss_mb": stat([r["peak_rss_mb"] for r in runs], 1),
         "background_cores": stat([r["background_cores"] for r in runs]),
         "runs": [{key: r[key] for key in ("latency_ms", "drops_total", "drops_from_seq_gaps", "drops_from_status",
-                                          "drops", "messages", "hwm_mb", "steady_peak_rss_mb", "windows")}
+                                          "drops", "messages", "hwm_mb", "steady_peak_rss_mb", "windows",
+                                          "seconds") if key in r}
                  for r in runs],
     }
 

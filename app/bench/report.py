@@ -16,6 +16,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from app.bench.late_seconds import late_text
+
 TARGET_CAMERAS = 8
 TARGET_P99_MS = 150.0
 
@@ -266,6 +268,8 @@ def windows_lines(live: dict[str, Any]) -> list[str]:
                          f"{max(w['drops'] for w in windows)}, RSS {rss[0] if rss else '-'} MB in the first minute, "
                          f"{rss[-1] if rss else '-'} MB in the last; p99 per minute: {per_minute}; "
                          f"median infer (submit to result, waits included) per minute: {infer}{cpu_text}")
+            if run.get("seconds"):
+                lines.append(late_text(step["k"], run["seconds"]))
     return lines
 
 
