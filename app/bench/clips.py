@@ -8,12 +8,20 @@ Simulated cameras (``camera_clips``): a 5 fps copy of the clip, encoded once
 with the clip's own codec, then one remux per camera in which
 
 * the content starts at a different keyframe (cameras do not all see the
-  same frame at the same moment), and
-* every frame after the first is shifted by ``i / K`` of a frame interval.
+  same frame at the same moment),
+* every frame after the first is shifted by ``i / K`` of a frame interval, and
+* the packets repeat until the file holds ``max_frames`` frames (the run's
+  length and some), so that no camera loops during a run.
 
 ``detstream run --realtime`` paces each file from its first frame, so camera
 ``i`` then delivers its frames ``i / K`` of an interval after camera 0, as
-independent cameras do (their clocks are not in step). ``phase="sync"`` uses
+independent cameras do (their clocks are not in step). The files must not
+loop: a looping file's next pass starts one frame interval after its last
+frame, and its second frame then comes one phase later again, so every pass
+moved camera ``i`` by another ``i / K`` of an interval. Over eight passes of
+eight cameras the phases went through every arrangement, all eight in step
+included (seen in 10-minute runs before 2026-11-24: the p99 of a second rose
+to 165 ms from 557 s on, the eighth pass, with nothing else changed). ``phase="sync"`` uses
 the clip itself, decimated by the pipeline (``max_fps``), so that every camera
 delivers at the same instant: the worst case, reported separately.
 """
@@ -95,8 +103,9 @@ def count_frames(clip: Path, limit: int | None = None) -> int:
 
 
 def _encode_at_fps(clip: Path, fps: int, max_frames: int | None, cache_dir: Path) -> Path:
-    """``clip`` re-encoded at ``fps`` (frames picked on a pts grid), keyframe every 2 s, same codec if possible."""
-    out_path = cache_dir / _cache_name(clip, f"{fps}fps{max_frames or ''}")
+    """``clip`` re-encoded at ``fps`` (frames picked on a pts grid), keyframe every 2 s, no B-frames, same codec
+    if possible."""
+    out_path = cache_dir / _cache_name(clip, f"{fps}fps{max_frames or ''}-nobf")
     if out_path.exists():
         return out_path
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -109,6 +118,7 @@ def _encode_at_fps(clip: Path, fps: int, max_frames: int | None, cache_dir: Path
             out = dst.add_stream(codec, rate=fps)
             out.width, out.height = in_stream.codec_context.width, in_stream.codec_context.height
             out.pix_fmt = "yuv420p"
+            out.codec_context.max_b_frames = 0  # decode order = display order: the camera remux relies on it
             out.bit_rate = 2_000_000
             out.gop_size = 2 * fps
             written, next_t = 0, None
@@ -143,23 +153,30 @@ def camera_clips(clip: Path, cameras: int, fps: int, cache_dir: Path, max_frames
     with av.open(str(base)) as src:
         packets = [p for p in src.demux(src.streams.video[0]) if p.dts is not None]
         keyframes = [i for i, p in enumerate(packets) if p.is_keyframe]
+    total = max(max_frames or 0, len(packets))
     paths = []
     for camera in range(cameras):
-        out_path = cache_dir / _cache_name(base, f"cam{camera}of{cameras}")
+        out_path = cache_dir / _cache_name(base, f"cam{camera}of{cameras}-{total}f")
         if not out_path.exists():
             start = keyframes[(camera * len(keyframes)) // cameras]
-            _remux_camera(base, start, camera / cameras / fps, fps, out_path)
+            _remux_camera(base, start, camera / cameras / fps, fps, total, out_path)
         paths.append(out_path)
     return paths
 
 
-def _remux_camera(base: Path, start: int, phase_s: float, fps: int, out_path: Path) -> None:
+def _remux_camera(base: Path, start: int, phase_s: float, fps: int, total: int, out_path: Path) -> None:
+    """``total`` packets of ``base`` from packet ``start`` (a keyframe) on, round and round (packet 0 is a
+    keyframe too, and the copy has no B-frames), every one after the first ``phase_s`` late on the fps grid."""
     partial = out_path.with_suffix(".part.mkv")
     with av.open(str(base)) as src, av.open(str(partial), "w") as dst:
         in_stream = src.streams.video[0]
-        packets = [p for p in src.demux(in_stream) if p.dts is not None]
+        packets = [(bytes(p), p.is_keyframe) for p in src.demux(in_stream) if p.dts is not None]
+        order = packets[start:] + packets[:start]
         out_stream = dst.add_stream_from_template(in_stream)
-        for index, packet in enumerate(packets[start:] + packets[:start]):
+        for index in range(total):
+            data, keyframe = order[index % len(order)]
+            packet = av.Packet(data)  # a muxed packet is consumed: a new one per copy
+            packet.is_keyframe = keyframe
             t = index / fps + (phase_s if index else 0.0)
             packet.stream = out_stream
             packet.time_base = CAMERA_TIME_BASE
