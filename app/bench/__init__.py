@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", type=Path, metavar="JSON",
                    help="print the Markdown tables of an earlier result (for BENCHMARKS.md) and exit")
     p.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "detstream" / "bench",
-                   help="shortened clips and camera copies")
+                   help="shortened clips and camera copies (pruned to 2 GiB, least recently used first)")
     return p
 
 

@@ -28,8 +28,12 @@ delivers at the same instant: the worst case, reported separately.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
+import os
+import time
+from collections.abc import Iterable
 from fractions import Fraction
 from pathlib import Path
 
@@ -39,6 +43,11 @@ logger = logging.getLogger(__name__)
 
 NAMED_CLIPS = {"vtest": "vtest.avi", "bikes": "bikes.mp4"}
 CAMERA_TIME_BASE = Fraction(1, 1000)
+CACHE_LIMIT_BYTES = 2 * 2**30
+"""Copies are remade on demand, so the folder is pruned to this size, least recently used first (a
+10-minute live run alone makes eight camera files of ~80 MB)."""
+PARTIAL_MAX_AGE_S = 3600.0
+"""A ``.part.mkv`` this old is what an interrupted run left; a younger one may be another run's, being written."""
 
 
 def resolve_clip(name: str) -> Path:
@@ -72,6 +81,7 @@ def head_copy(clip: Path, frames: int, cache_dir: Path) -> Path:
     """The first ``frames`` video packets of ``clip``, remuxed (no re-encoding) into an MKV."""
     out_path = cache_dir / _cache_name(clip, f"head{frames}")
     if out_path.exists():
+        _mark_used(out_path)
         return out_path
     cache_dir.mkdir(parents=True, exist_ok=True)
     partial = out_path.with_suffix(".part.mkv")
@@ -88,6 +98,7 @@ def head_copy(clip: Path, frames: int, cache_dir: Path) -> Path:
             if copied >= frames:
                 break
     partial.rename(out_path)
+    prune_cache(cache_dir, [out_path])
     return out_path
 
 
@@ -107,6 +118,7 @@ def _encode_at_fps(clip: Path, fps: int, max_frames: int | None, cache_dir: Path
     if possible."""
     out_path = cache_dir / _cache_name(clip, f"{fps}fps{max_frames or ''}-nobf")
     if out_path.exists():
+        _mark_used(out_path)
         return out_path
     cache_dir.mkdir(parents=True, exist_ok=True)
     partial = out_path.with_suffix(".part.mkv")
@@ -157,11 +169,51 @@ def camera_clips(clip: Path, cameras: int, fps: int, cache_dir: Path, max_frames
     paths = []
     for camera in range(cameras):
         out_path = cache_dir / _cache_name(base, f"cam{camera}of{cameras}-{total}f")
-        if not out_path.exists():
+        if out_path.exists():
+            _mark_used(out_path)
+        else:
             start = keyframes[(camera * len(keyframes)) // cameras]
             _remux_camera(base, start, camera / cameras / fps, fps, total, out_path)
         paths.append(out_path)
+    prune_cache(cache_dir, [base, *paths])
     return paths
+
+
+def prune_cache(cache_dir: Path, keep: Iterable[Path], limit_bytes: int = CACHE_LIMIT_BYTES) -> int:
+    """Delete the least recently used copies until the folder holds at most ``limit_bytes``; never ``keep``,
+    nor a ``.part.mkv`` younger than :data:`PARTIAL_MAX_AGE_S`. Returns how many files went."""
+    kept = {path.resolve() for path in keep}
+    now = time.time()
+    entries = []
+    for path in cache_dir.glob("*.mkv"):
+        try:
+            st = path.stat()
+        except OSError:  # removed meanwhile
+            continue
+        entries.append((st.st_atime, st.st_size, st.st_mtime, path))
+    total = sum(size for _, size, _, _ in entries)
+    removed, freed = 0, 0
+    for _, size, mtime, path in sorted(entries, key=lambda e: e[0]):
+        if total <= limit_bytes:
+            break
+        partial = path.name.endswith(".part.mkv")
+        if path.resolve() in kept or (partial and now - mtime < PARTIAL_MAX_AGE_S):
+            continue
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        total, removed, freed = total - size, removed + 1, freed + size
+    if removed:
+        logger.info("bench: removed %d least recently used clip copies (%.0f MB) from %s to keep it under %.0f MB",
+                    removed, freed / 2**20, cache_dir, limit_bytes / 2**20)
+    return removed
+
+
+def _mark_used(path: Path) -> None:
+    """Set the access time only: a copy's modification time is part of the names of the copies made from it."""
+    with contextlib.suppress(OSError):  # gone meanwhile: it is remade when needed
+        os.utime(path, ns=(time.time_ns(), path.stat().st_mtime_ns))  # ns: the names hash st_mtime_ns
 
 
 def _remux_camera(base: Path, start: int, phase_s: float, fps: int, total: int, out_path: Path) -> None:

@@ -15,10 +15,13 @@ FPS = 5
 
 
 @pytest.fixture(scope="module")
-def cameras(tmp_path_factory) -> list[Path]:
-    folder = tmp_path_factory.mktemp("cameras")
-    clip = make_clip(folder / "clip.mp4", frames=60, fps=10)  # 6 s: 30 frames at 5 fps, keyframes every 10
-    return camera_clips(clip, 3, FPS, folder / "cache", max_frames=70)
+def clip(tmp_path_factory) -> Path:
+    return make_clip(tmp_path_factory.mktemp("cameras") / "clip.mp4", frames=60, fps=10)  # 30 frames at 5 fps
+
+
+@pytest.fixture(scope="module")
+def cameras(clip) -> list[Path]:
+    return camera_clips(clip, 3, FPS, clip.parent / "cache", max_frames=70)  # keyframes every 10 frames
 
 
 def _decoded(path: Path) -> tuple[list[float], list[np.ndarray]]:
@@ -48,3 +51,31 @@ def test_camera_i_is_i_over_k_of_an_interval_late_from_its_second_frame_to_its_l
 def test_cameras_start_at_different_frames_of_the_clip(cameras):
     firsts = [_decoded(path)[1][0] for path in cameras]
     assert not np.array_equal(firsts[0], firsts[1]) and not np.array_equal(firsts[1], firsts[2])
+
+
+def test_reusing_a_copy_keeps_its_name_and_marks_it_used(clip, cameras):
+    before = [(path.stat().st_mtime_ns, path.stat().st_atime) for path in cameras]
+    again = camera_clips(clip, 3, FPS, clip.parent / "cache", max_frames=70)
+    assert [p.resolve() for p in again] == [p.resolve() for p in cameras]  # not remade: same names
+    assert [p.stat().st_mtime_ns for p in again] == [m for m, _ in before]
+    assert all(p.stat().st_atime >= a for p, (_, a) in zip(again, before, strict=True))
+
+
+def test_the_cache_loses_its_least_recently_used_copies_first(tmp_path):
+    import os
+    import time
+
+    from app.bench.clips import prune_cache
+
+    now = time.time()
+    files = {}
+    for age, name in [(50, "old.mkv"), (40, "kept.mkv"), (30, "mid.mkv"), (20, "new.mkv"), (60, "young.part.mkv")]:
+        path = tmp_path / name
+        path.write_bytes(b"x" * 1000)
+        os.utime(path, (now - age, now - min(age, 10)))
+        files[name] = path
+    removed = prune_cache(tmp_path, [files["kept.mkv"]], limit_bytes=3500)
+    left = sorted(p.name for p in tmp_path.glob("*.mkv"))
+    # old, then mid: kept is in use, and young.part may be another run's, being written
+    assert removed == 2 and left == ["kept.mkv", "new.mkv", "young.part.mkv"]
+    assert prune_cache(tmp_path, [], limit_bytes=10_000) == 0
