@@ -11,8 +11,8 @@ messages (``total`` and ``infer`` rise together):
 
 A backlog builds over seconds, so each second is judged by the ``lookback_s`` before its end. All
 times are the bench's monotonic clock: message arrival at the subscriber and the 0.1 s CPU samples
-(:class:`app.bench.common.RssSampler`). The 2026-11-24 pacing fix (46009b0) was found this way: its
-late seconds were "neither", at every loop of the test cameras.
+(:class:`app.bench.common.RssSampler`). The drift of the test cameras into step (fixed in 33a97dd) was
+found this way: 43 "neither" seconds in one plateau, from the eighth loop of the camera files on.
 """
 
 from __future__ import annotations
