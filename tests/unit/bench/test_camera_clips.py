@@ -54,11 +54,17 @@ def test_cameras_start_at_different_frames_of_the_clip(cameras):
 
 
 def test_reusing_a_copy_keeps_its_name_and_marks_it_used(clip, cameras):
-    before = [(path.stat().st_mtime_ns, path.stat().st_atime) for path in cameras]
+    import os
+    import time
+
+    mtimes = [path.stat().st_mtime_ns for path in cameras]
+    long_ago = time.time_ns() - 10**9 * 86400
+    for path, mtime in zip(cameras, mtimes, strict=True):
+        os.utime(path, ns=(long_ago, mtime))  # last used a day ago
     again = camera_clips(clip, 3, FPS, clip.parent / "cache", max_frames=70)
     assert [p.resolve() for p in again] == [p.resolve() for p in cameras]  # not remade: same names
-    assert [p.stat().st_mtime_ns for p in again] == [m for m, _ in before]
-    assert all(p.stat().st_atime >= a for p, (_, a) in zip(again, before, strict=True))
+    assert [p.stat().st_mtime_ns for p in again] == mtimes  # the names of derived copies hash it
+    assert all(p.stat().st_atime_ns > long_ago + 10**9 * 3600 for p in again)  # used now: pruned last
 
 
 def test_the_cache_loses_its_least_recently_used_copies_first(tmp_path):
