@@ -14,11 +14,11 @@ BUSY = (57.0, 63.0)  # another process takes one core
 LATE = {30, 31, 32, 33, 34, 60, 61, 62, 90, 91}  # seconds whose frames are published 300 ms after capture
 
 
-def _arrivals(seconds: int = 120) -> list[tuple[dict, float]]:
+def _arrivals(seconds: int = 120, late: set[int] = LATE) -> list[tuple[dict, float]]:
     arrivals = []
     for i in range(seconds * FPS):
         t = 500.0 + i / FPS
-        latency = 0.3 if int(t - 500.0) in LATE else 0.05
+        latency = 0.3 if int(t - 500.0) in late else 0.05
         arrivals.append(({"captured_at": 1000.0 + t - 500.0 - latency, "published_at": 1000.0 + t - 500.0,
                           "dropped_before": 2 if i == 31 * FPS else 0}, t))
     return arrivals
@@ -52,6 +52,18 @@ def test_each_late_second_is_attributed_to_what_the_seconds_before_it_show():
     row = next(r for r in anatomy["late"] if r["t_s"] == 32)
     assert row["cpu_ms_per_frame"] == pytest.approx(52.0) and row["frames"] == FPS and row["p99_ms"] == 300.0
     assert anatomy["series"]["background_cores"][61] == pytest.approx(1.0)
+
+
+def test_a_one_second_host_hiccup_too_short_for_the_3_s_average_still_makes_the_host_slower():
+    hiccup = _cumulative(0.4, [((44.0, 45.0), 0.08)])  # one second at 48 ms per frame: +7 % over 3 s
+    anatomy = second_by_second(_arrivals(late={45, 46, 90}), hiccup, BACKGROUND)
+    rows = {row["t_s"]: row for row in anatomy["late"]}
+    assert rows[45]["cpu_ms_per_frame"] < 1.1 * 40.0  # the 3-s rule alone would say "neither"
+    assert rows[45]["worst_second_cpu_ms"] == pytest.approx(48.0)
+    assert anatomy["series"]["cpu_ms_per_frame_1s"][44] == pytest.approx(48.0)
+    assert {rows[45]["cause"], rows[46]["cause"]} == {"host slower"}
+    assert rows[90]["cause"] == "neither"  # a second whose lookback had no slow second is still the pipeline's
+    assert anatomy["causes"] == {"host slower": 2, "neither": 1}
 
 
 def test_a_run_with_no_late_second_says_so_and_keeps_its_series():
