@@ -22,8 +22,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from app.batcher import Batcher
 from app.config import DetstreamConfig, SourceMode
 from app.engines import create_engine
@@ -164,7 +162,13 @@ class Pipeline:
         logger.info("model %s (%dx%d%s, %s) on %s", spec.name, spec.input_width, spec.input_height,
                     ", rectangular inputs" if rect else "", spec.layout, engine.backend)
         slots, quota = ring_geometry(cfg, max(engine.batch_sizes))
-        ring = FrameRing(slots, spec.input_height, spec.input_width, self._allocator(engine))
+        allocator = self._allocator(engine)
+        ring = FrameRing(slots, spec.input_height, spec.input_width, allocator)
+        # The ring is the one allocation that grows with the stream count, and pageable slots become resident
+        # as they are first written (a backlog fills them all): operators size memory limits from this line.
+        logger.info("frame ring: %d slots of 3x%dx%d float32 (%d per stream), %.1f MiB, %s", slots,
+                    spec.input_height, spec.input_width, quota, ring.buffer.nbytes / 2**20,
+                    "page-locked" if getattr(allocator, "pinned", False) else "pageable (resident once used)")
         batcher = Batcher(ring, cfg.engine.max_batch, cfg.engine.max_wait_ms / 1e3, quota,
                           on_admit=self.metrics.count_decoded)
         keep_image = cfg.annotate.dir is not None
@@ -202,15 +206,9 @@ class Pipeline:
         """Page-locked slots when the engine copies to a GPU; plain aligned memory otherwise."""
         if not engine.backend.startswith("tensorrt"):
             return aligned_empty
-        from app.engines.host_memory import alloc_host
+        from app.engines.host_memory import PinnedAllocator
 
-        buffers = []
-
-        def pinned(shape: tuple[int, ...]) -> np.ndarray:
-            buffers.append(alloc_host(shape, np.float32))
-            return buffers[-1].array
-
-        return pinned
+        return PinnedAllocator()
 
     def _to_annotate(self, result: FrameResult) -> None:
         lossless = self._source_mode(result.meta.stream_id) is SourceMode.FILE

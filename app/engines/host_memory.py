@@ -90,6 +90,28 @@ def alloc_host(shape: int | tuple[int, ...], dtype: DTypeLike, *, device: Device
     return _pinned(device, dims, dt, nbytes)
 
 
+class PinnedAllocator:
+    """A ring allocator (``shape -> float32 array``) that page-locks through :func:`alloc_host`.
+
+    It keeps the :class:`HostBuffer` objects, so that the caller can say whether
+    the memory really is page-locked (``alloc_host`` falls back to pageable
+    memory, with a warning, when CUDA refuses).
+    """
+
+    def __init__(self, device: Device | None = None) -> None:
+        self.buffers: list[HostBuffer] = []
+        self._device = device
+
+    def __call__(self, shape: tuple[int, ...]) -> np.ndarray:
+        self.buffers.append(alloc_host(shape, np.float32, device=self._device))
+        return self.buffers[-1].array
+
+    @property
+    def pinned(self) -> bool:
+        """Every buffer allocated so far is page-locked."""
+        return bool(self.buffers) and all(buffer.pinned for buffer in self.buffers)
+
+
 def _pinned(device: Device, dims: tuple[int, ...], dt: np.dtype, nbytes: int) -> HostBuffer:
     ptr = device.host_alloc(max(nbytes, 1))
     raw = (ctypes.c_uint8 * max(nbytes, 1)).from_address(ptr)

@@ -83,6 +83,25 @@ def test_an_engine_error_on_one_batch_costs_those_frames_and_the_run_goes_on(sma
     assert dropped.labels(stream="s", reason="live_policy")._value.get() == 0  # counted once, under its own reason
 
 
+def test_the_start_up_log_says_how_much_memory_the_frame_ring_takes(small_clip, caplog):
+    import logging
+
+    port = free_port()
+    config = parse_config({"sources": [{"id": "a", "url": str(small_clip)}, {"id": "b", "url": str(small_clip)}],
+                           "engine": {"max_batch": 4, "max_wait_ms": 2},
+                           "publish": {"endpoint": f"tcp://127.0.0.1:{port}", "startup_wait_s": 0}})
+    caplog.set_level(logging.INFO, logger="app.pipeline")
+    pipeline = Pipeline(config, engine=FixedEngine())
+    pipeline.start()
+    try:
+        assert pipeline.wait(60)
+    finally:
+        pipeline.close()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("frame ring:")]
+    # two streams, batches of up to 4: two batches' worth, 4 slots per stream, of 3 x 64 x 64 float32 each
+    assert lines == ["frame ring: 8 slots of 3x64x64 float32 (4 per stream), 0.4 MiB, pageable (resident once used)"]
+
+
 def test_steady_state_allocates_nothing_that_grows_with_frames(small_clip):
     port = free_port()
     pipeline = Pipeline(_config(small_clip, port, loop=True), engine=FixedEngine())

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from app.engines.host_device import HostDevice
-from app.engines.host_memory import alloc_host
+from app.engines.host_memory import PinnedAllocator, alloc_host
 from app.errors import EngineError, StateError
 
 
@@ -133,3 +133,16 @@ def test_pinned_host_buffers_are_released_to_the_device_on_free(device: HostDevi
     buffer.array[:] = 7
     buffer.free()
     assert device._host_blocks == {}
+
+
+def test_the_ring_allocator_says_whether_its_buffers_are_page_locked(device: HostDevice, monkeypatch) -> None:
+    from app.engines import host_memory
+
+    pinned = PinnedAllocator(device)
+    assert not pinned.pinned  # nothing allocated yet: nothing to vouch for
+    slots = pinned((4, 3, 8, 8))
+    assert slots.shape == (4, 3, 8, 8) and slots.dtype == np.float32 and pinned.pinned
+    monkeypatch.setattr(host_memory, "_default_cuda_device", lambda: None)  # no CUDA: pageable fallback
+    pageable = PinnedAllocator()
+    pageable((2, 3, 8, 8))
+    assert not pageable.pinned and pageable.buffers[0].array.shape == (2, 3, 8, 8)
