@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.batcher import Batcher
-from app.config import DetstreamConfig, SourceMode
+from app.config import DetstreamConfig, EngineConfig, SourceMode
 from app.engines import create_engine
 from app.engines.base import Engine
 from app.errors import ConfigError
@@ -78,11 +78,15 @@ def ring_geometry(config: DetstreamConfig, engine_max_batch: int) -> tuple[int, 
     By default the ring holds two of the batches the engine really runs (one in flight, one filling),
     and at least three frames per stream.
     """
-    streams = len(config.sources)
-    if config.engine.ring_slots:
-        quota = max(1, config.engine.ring_slots // streams)
+    return ring_slots(len(config.sources), config.engine, engine_max_batch)
+
+
+def ring_slots(streams: int, engine: EngineConfig, engine_max_batch: int) -> tuple[int, int]:
+    """:func:`ring_geometry` for ``streams`` sources (the benchmark sizes rings of runs it has not started)."""
+    if engine.ring_slots:
+        quota = max(1, engine.ring_slots // streams)
     else:
-        quota = max(3, math.ceil(2 * min(config.engine.max_batch, engine_max_batch) / streams))
+        quota = max(3, math.ceil(2 * min(engine.max_batch, engine_max_batch) / streams))
     return quota * streams, quota
 
 

@@ -4,11 +4,17 @@ Reuses live runs already made for the same K (the live search keeps them),
 so that memory costs no extra run when the live benchmark went first. RSS is
 sampled every 0.1 s with psutil over the worker and its children, and the
 kernel's high-water mark (``VmHWM``) of the worker is taken too.
+
+A run that keeps up touches only a few slots of the frame ring, whose pageable
+pages become resident once written; a backlog writes them all. So each peak
+also gets a bound with the whole ring resident: the measured peak plus the
+ring's size (docs/operations.md, "Memory").
 """
 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +23,8 @@ from app.bench.live_mode import LiveSettings, run_live_once
 
 
 def run_memory(settings: LiveSettings, low_k: int, high_k: int, repeats: int,
-               cache: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+               cache: dict[int, list[dict[str, Any]]], ring_mb: Callable[[int], float]) -> dict[str, Any]:
+    """``ring_mb(k)``: the size of the frame ring a worker with ``k`` streams allocates (MB)."""
     with tempfile.TemporaryDirectory(prefix="detstream-bench-") as tmp:
         for k in (low_k, high_k):
             missing = repeats - len(cache.get(k, []))
@@ -26,6 +33,7 @@ def run_memory(settings: LiveSettings, low_k: int, high_k: int, repeats: int,
     low = stat([r["peak_rss_mb"] for r in cache[low_k]], 1)
     high = stat([r["peak_rss_mb"] for r in cache[high_k]], 1)
     per_stream = (high["median"] - low["median"]) / (high_k - low_k)
+    worst_low, worst_high = low["median"] + ring_mb(low_k), high["median"] + ring_mb(high_k)
     return {
         "low_k": low_k,
         "high_k": high_k,
@@ -39,6 +47,12 @@ def run_memory(settings: LiveSettings, low_k: int, high_k: int, repeats: int,
         "steady_peak_rss_mb_high": stat([r["steady_peak_rss_mb"] for r in cache[high_k]], 1),
         "hwm_mb_low": stat([r["hwm_mb"] for r in cache[low_k]], 1),
         "hwm_mb_high": stat([r["hwm_mb"] for r in cache[high_k]], 1),
+        "ring_mb_low": round(ring_mb(low_k), 1),
+        "ring_mb_high": round(ring_mb(high_k), 1),
+        "worst_rss_mb_low": round(worst_low, 1),
+        "worst_rss_mb_high": round(worst_high, 1),
+        "worst_rss_per_stream_mb": round((worst_high - worst_low) / (high_k - low_k), 1),
         "note": "peak = largest psutil sample (every 0.1 s) of the worker's process tree over the whole run; "
-                "steady = the same from the first message on (no start-up transient); hwm = kernel VmHWM",
+                "steady = the same from the first message on (no start-up transient); hwm = kernel VmHWM; "
+                "worst = the median peak plus the whole frame ring (resident after any backlog), an upper bound",
     }

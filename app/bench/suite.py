@@ -404,7 +404,15 @@ def _has_capacity(results: dict[str, Any]) -> bool:
 def _memory(ctx: Context, results: dict[str, Any]) -> dict[str, Any]:
     plan = ctx.plan
     low, high = plan.memory_ks
-    return run_memory(live_settings(ctx), low, high, plan.repeats, ctx.live_runs)
+    from app.pipeline import ring_slots
+
+    engine, spec = ctx.config.engine, ctx.spec
+    slot_mb = 3 * spec.input_height * spec.input_width * 4 / 2**20  # float32 (3, H, W) at the model's full input
+
+    def ring_mb(streams: int) -> float:
+        return ring_slots(streams, engine, engine.max_batch)[0] * slot_mb
+
+    return run_memory(live_settings(ctx), low, high, plan.repeats, ctx.live_runs, ring_mb)
 
 
 def ratios(results: dict[str, Any]) -> dict[str, dict[str, Any]]:

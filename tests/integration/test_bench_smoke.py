@@ -105,6 +105,17 @@ def test_memory_reports_peak_rss_and_rss_per_stream(quick_results):
     assert _finite(memory["rss_per_stream_mb"])
 
 
+def test_memory_bounds_each_peak_with_the_whole_frame_ring_resident(quick_results):
+    memory = quick_results["memory"]
+    slot_mb = 3 * 416 * 416 * 4 / 2**20  # one float32 frame at the default model's full input
+    for key in ("low", "high"):
+        k = memory[f"{key}_k"]
+        slots = max(3, math.ceil(2 * 8 / k)) * k  # two batches of the default max_batch 8, 3 per stream at least
+        assert memory[f"ring_mb_{key}"] == pytest.approx(slots * slot_mb, abs=0.05)
+        assert memory[f"worst_rss_mb_{key}"] == pytest.approx(memory[f"peak_rss_mb_{key}"]["median"]
+                                                              + memory[f"ring_mb_{key}"], abs=0.1)
+
+
 def test_model_only_says_how_close_it_computes_to_the_cores_peak(quick_results):
     sgemm = quick_results["machine"]["sgemm_gflops_one_thread"]
     model_only = quick_results["model_only"]
