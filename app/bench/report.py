@@ -64,8 +64,10 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         measured = memory["high_k"] == TARGET_CAMERAS
         add(f"peak RSS, {memory['high_k']} streams (MB)", high, "<= 400 (8 streams)",
             high <= 400 if measured else None)
-        add("RSS per extra stream (MB)", memory["rss_per_stream_mb"], "<= 25",
-            memory["rss_per_stream_mb"] <= 25 if measured else None)
+        # per stream from the running peaks: the start-up transient (model load) is caught at K=1 in some runs
+        # and not others, and would make streams look cheaper than they are
+        per_stream = memory.get("steady_rss_per_stream_mb", memory["rss_per_stream_mb"])
+        add("RSS per extra stream, running (MB)", per_stream, "<= 25", per_stream <= 25 if measured else None)
         if "worst_rss_mb_high" in memory:  # results written before the bound existed lack it
             worst = memory["worst_rss_mb_high"]
             add(f"… with the whole ring resident, {memory['high_k']} streams (MB)", worst, "<= 400 (8 streams)",
