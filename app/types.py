@@ -48,7 +48,9 @@ class ModelSpec:
     ``dynamic_hw`` is true when the input's height and width are symbolic in
     the ONNX file, so the model runs at any multiple of ``stride`` up to
     ``input_height`` × ``input_width`` (rectangular letterbox); the input size
-    is then the nominal (largest) one.
+    is then the nominal (largest) one. ``ort_disabled_optimizers``: ONNX
+    Runtime graph optimizers the file asks sessions to skip (metadata
+    ``detstream.ort_disabled_optimizers``; see :mod:`app.models.quantize`).
     """
 
     name: str
@@ -63,6 +65,7 @@ class ModelSpec:
     sha256: str = ""
     dynamic_hw: bool = False
     stride: int = 32
+    ort_disabled_optimizers: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

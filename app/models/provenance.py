@@ -22,6 +22,9 @@ from app.models.files import sha256_file
 logger = logging.getLogger(__name__)
 
 QUANTIZED_FROM = "detstream.quantized_from"
+QUANTIZER_VERSION = "2"
+"""``detstream.quantizer_version`` of what :func:`app.models.quantize.quantize_model` writes now: version 2 keeps
+the stem (first convolution block) in fp32, which measured faster and closer to fp32 than version 1 (no key)."""
 
 
 def _metadata(path: Path) -> dict[str, str] | None:
@@ -38,7 +41,8 @@ def stale_int8_reason(int8_path: Path, fp32_path: Path) -> str | None:
 
     Stale: it was quantized from another converter version's output, records
     no source at all (made before provenance was recorded), or records a
-    different sha256 than ``fp32_path`` has now. Without ``fp32_path`` only
+    different sha256 than ``fp32_path`` has now, or was made by an older
+quantizer (``detstream.quantizer_version``). Without ``fp32_path`` only
     the converter version can be checked.
     """
     meta = _metadata(Path(int8_path))
@@ -56,4 +60,8 @@ def stale_int8_reason(int8_path: Path, fp32_path: Path) -> str | None:
     current = sha256_file(fp32_path)
     if source != current:
         return f"was quantized from another {fp32_path.name} (sha256 {source[:12]}, the file now has {current[:12]})"
+    made_by = meta.get("detstream.quantizer_version", "1")
+    if made_by != QUANTIZER_VERSION:
+        return (f"made by quantizer v{made_by} (the current one, v{QUANTIZER_VERSION}, keeps the first convolution "
+                "block in fp32: faster and closer to fp32)")
     return None

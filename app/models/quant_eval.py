@@ -50,6 +50,7 @@ _MINMAX = QuantOptions(moving_average=False)  # the plain baseline every alterna
 
 VARIANTS: dict[str, Variant] = {
     "default": Variant(QuantOptions()),
+    "int8-stem": Variant(QuantOptions(fp32_stem=False)),  # quantizer v1: the first conv block in INT8 too
     "qdq-minmax": Variant(_MINMAX),
     "qdq-minmax-cleanup": Variant(_MINMAX, QDQ_CLEANUP),
     "qdq-s8": Variant(replace(_MINMAX, activation_type="int8")),

@@ -5,7 +5,11 @@
 The backbone runs in INT8; the decode tail (sigmoid/exp/grid/anchor math, the
 reshapes and the final concat: every node with no convolution after it) stays
 in fp32, because box coordinates in pixels and probabilities near 0 and 1 are
-exactly what one 8-bit scale per tensor represents badly. The defaults are the
+exactly what one 8-bit scale per tensor represents badly. So does the stem
+(the first convolution, on the image itself, with its activation and pooling:
+:func:`stem_nodes`): it has 27 weights per output channel and feeds every
+later layer, and INT8 kernels run a 3-channel input poorly anyway. Keeping it
+in fp32 measured both closer to fp32 and faster (docs/models.md). The defaults are the
 best of what docs/models.md reports measuring on a 2-core CPU; the
 alternatives stay reachable through :class:`QuantOptions` for other hardware.
 
@@ -32,14 +36,22 @@ from app.errors import ModelError
 from app.models.agreement import detection_agreement
 from app.models.calibration import FrameReader, InputFit, calibration_frames
 from app.models.files import atomic_output
-from app.models.provenance import QUANTIZED_FROM
-from app.models.spec import load_model_spec
+from app.models.provenance import QUANTIZED_FROM, QUANTIZER_VERSION
+from app.models.spec import DISABLED_OPTIMIZERS, load_model_spec
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["QuantOptions", "default_output", "detection_agreement", "head_nodes", "quantize_model"]
+__all__ = ["QuantOptions", "default_output", "detection_agreement", "head_nodes", "quantize_model", "stem_nodes"]
 
 HEAD_PREFIX = "head/"
+STEM_OPTIMIZER_OFF = "QDQPropagationTransformer"
+"""Listed under ``detstream.ort_disabled_optimizers`` for a model with an fp32 stem: that pass
+moves the stem's QuantizeLinear above its MaxPool, which then runs on uint8 in
+ONNX Runtime's plain NCHW kernel (4 ms per 416x192 frame, against 0.2 ms for
+the fp32 NCHWc one). The move changes no value (max-pooling commutes with a
+monotonic quantization), so skipping it changes only the speed."""
+STEM_OPS = frozenset({"Relu", "LeakyRelu", "Clip", "MaxPool", "BatchNormalization", "HardSigmoid"})
+"""Single-input operators that may follow the first convolution inside the fp32 stem."""
 COMPUTE_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 _METHODS = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
             "percentile": CalibrationMethod.Percentile}
@@ -67,6 +79,7 @@ class QuantOptions:
     moving_average: bool = True
     exclude_output_convs: bool = False
     preprocess: bool = True
+    fp32_stem: bool = True  # see stem_nodes
 
 
 def _consumers(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
@@ -101,9 +114,33 @@ def head_nodes(model: onnx.ModelProto, include_output_convs: bool = False) -> li
     return [n.name for n in graph.node if n.name in tail]
 
 
-def _copy_metadata(source: onnx.ModelProto, target_path: Path, precision: str, source_sha256: str) -> None:
+def stem_nodes(model: onnx.ModelProto) -> list[str]:
+    """The first convolution on the image input and the chain of activations and pooling right after it.
+
+    The chain stops at the next convolution, at a branch (an output with more
+    than one consumer, as in SiLU's ``x * sigmoid(x)``) or at any operator not
+    in :data:`STEM_OPS`, so for such models the stem is the convolution alone.
+    Empty when no convolution reads the graph input directly.
+    """
+    graph = model.graph
+    inputs = {i.name for i in graph.input} - {init.name for init in graph.initializer}
+    first = next((n for n in graph.node if n.op_type == "Conv" and n.input and n.input[0] in inputs), None)
+    if first is None:
+        return []
+    consumers = _consumers(graph)
+    stem, node = [first.name], first
+    while len(node.output) == 1 and len(after := consumers.get(node.output[0], [])) == 1 \
+            and after[0].op_type in STEM_OPS:
+        node = after[0]
+        stem.append(node.name)
+    return stem
+
+
+def _copy_metadata(source: onnx.ModelProto, target_path: Path, precision: str, source_sha256: str,
+                   extra: dict[str, str]) -> None:
     model = onnx.load(str(target_path))
     meta = {p.key: p.value for p in source.metadata_props}
+    meta.update(extra)
     meta["detstream.precision"] = precision
     meta[QUANTIZED_FROM] = source_sha256
     del model.metadata_props[:]
@@ -147,10 +184,17 @@ def quantize_model(model_path: Path | str, calib_source: Path | str, out_path: P
             quant_pre_process(str(model_path), str(prepared), skip_symbolic_shape=True)
         else:
             onnx.save(source_model, str(prepared))
-        excluded = head_nodes(onnx.load(str(prepared)), options.exclude_output_convs)
+        graph = onnx.load(str(prepared))
+        excluded = head_nodes(graph, options.exclude_output_convs)
+        stem = stem_nodes(graph) if options.fp32_stem else []
+        excluded += [name for name in stem if name not in excluded]
+        extra = {"detstream.quantizer_version": QUANTIZER_VERSION}
+        if stem:
+            extra[DISABLED_OPTIMIZERS] = STEM_OPTIMIZER_OFF
         sizes = sorted({frame.shape[1:] for frame in data})
-        logger.info("quantize: %s in INT8, %d decode nodes kept in fp32, %d calibration frames at %s",
-                    model_path.name, len(excluded), len(data), ", ".join(f"{h}x{w}" for h, w in sizes))
+        logger.info("quantize: %s in INT8, %d decode nodes and a %d-node stem (%s) kept in fp32, "
+                    "%d calibration frames at %s", model_path.name, len(excluded) - len(stem), len(stem),
+                    ", ".join(stem) or "none", len(data), ", ".join(f"{h}x{w}" for h, w in sizes))
         activation = QuantType.QInt8 if options.activation_type == "int8" else QuantType.QUInt8
         with atomic_output(out) as partial:
             quantize_static(
@@ -162,6 +206,6 @@ def quantize_model(model_path: Path | str, calib_source: Path | str, out_path: P
                 extra_options={"ActivationSymmetric": options.activation_symmetric, "WeightSymmetric": True,
                                "CalibMovingAverage": options.moving_average},
             )
-            _copy_metadata(source_model, partial, "int8", spec.sha256)
+            _copy_metadata(source_model, partial, "int8", spec.sha256, extra)
     logger.info("quantize: wrote %s", out)
     return out

@@ -48,6 +48,10 @@ _SNIFF = (
 )
 
 
+DISABLED_OPTIMIZERS = "detstream.ort_disabled_optimizers"
+"""Metadata key: comma-separated ONNX Runtime graph optimizers that sessions of the model must not run."""
+
+
 def _what_it_looks_like(data: bytes) -> str:
     """A hint for the error message: what a file that is not ONNX seems to be."""
     for magic, what in _SNIFF:
@@ -226,4 +230,5 @@ def load_model_spec(path: Path | str, *, name: str | None = None, layout_overrid
         sha256=sha256,
         dynamic_hw=_is_dynamic_hw(dims),
         stride=_stride(path, meta),
+        ort_disabled_optimizers=tuple(n.strip() for n in meta.get(DISABLED_OPTIMIZERS, "").split(",") if n.strip()),
     )

@@ -89,7 +89,9 @@ def test_the_int8_model_keeps_the_metadata_and_a_fp32_decode_tail(default_model,
     meta = {p.key: p.value for p in model.metadata_props}
     source = {p.key: p.value for p in onnx.load(str(default_model), load_external_data=False).metadata_props}
     fp32_sha256 = hashlib.sha256(default_model.read_bytes()).hexdigest()
-    assert meta == {**source, "detstream.precision": "int8", "detstream.quantized_from": fp32_sha256}
+    assert meta == {**source, "detstream.precision": "int8", "detstream.quantized_from": fp32_sha256,
+                    "detstream.quantizer_version": "2",
+                    "detstream.ort_disabled_optimizers": "QDQPropagationTransformer"}
     assert stale_int8_reason(int8_model, default_model) is None
     assert json.loads(meta["detstream.class_names"])[0] == "person"
     ops = [n.op_type for n in model.graph.node]
@@ -101,6 +103,10 @@ def test_the_int8_model_keeps_the_metadata_and_a_fp32_decode_tail(default_model,
     assert head_tensors and not head_tensors & quantized  # the decode math never goes through 8 bits
     dims = [d.dim_param or d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
     assert dims == ["batch", 3, "height", "width"]
+    weights = {init.name for init in model.graph.initializer}
+    float_convs = [n.name for n in model.graph.node if n.op_type == "Conv" and n.input[1] in weights]
+    assert float_convs == ["L0/conv"]  # the stem (conv, leaky, maxpool on the image) stays fp32, the rest is INT8
     spec = load_model_spec(int8_model)
+    assert spec.ort_disabled_optimizers == ("QDQPropagationTransformer",)
     assert (spec.layout, spec.static_batch, spec.input_height, spec.input_width) == ("yolov5", None, 416, 416)
     assert (spec.dynamic_hw, spec.stride) == (True, 32)

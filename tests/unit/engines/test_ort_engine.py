@@ -173,3 +173,28 @@ def test_a_handle_keeps_its_outputs_while_in_flight_plus_one_more_batches_are_su
     handles = [engine.submit(frames) for frames in batches]
     for handle, frames in zip(handles, batches, strict=True):
         _assert_matches(handle.wait(), np.stack(frames))
+
+
+def test_optimizers_the_model_file_disables_are_skipped_by_its_session(tmp_path: Path, monkeypatch) -> None:
+    import dataclasses
+
+    import onnxruntime
+
+    seen: list[dict] = []
+
+    class Recording(onnxruntime.InferenceSession):  # the real session, with its arguments noted
+        def __init__(self, *args, **kwargs) -> None:
+            seen.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", Recording)
+    spec = make_model(tmp_path / "tiny.onnx", None)
+    plain = OrtEngine(spec, EngineConfig(backend="onnxruntime", max_batch=2, intra_op_threads=1))
+    assert "disabled_optimizers" not in seen[-1]
+    asks = dataclasses.replace(spec, ort_disabled_optimizers=("QDQPropagationTransformer",))
+    engine = OrtEngine(asks, EngineConfig(backend="onnxruntime", max_batch=2, intra_op_threads=1))
+    assert seen[-1]["disabled_optimizers"] == ["QDQPropagationTransformer"]
+    frames = random_frames(2, seed=3)
+    _assert_matches(engine.submit(list(frames)).wait(), frames)
+    plain.close()
+    engine.close()

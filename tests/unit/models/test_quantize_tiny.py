@@ -15,7 +15,7 @@ import pytest
 from app.errors import ModelError
 from app.models.darknet import convert_darknet
 from app.models.provenance import stale_int8_reason
-from app.models.quantize import default_output, quantize_model
+from app.models.quantize import QuantOptions, default_output, quantize_model, stem_nodes
 from app.models.spec import load_model_spec
 from tests.unit.models.tiny_darknet import write_tiny_net
 
@@ -123,3 +123,53 @@ def test_an_int8_model_from_an_older_quantizer_or_converter_is_stale(tiny_fp32, 
     onnx.helper.set_model_props(old, {"detstream.precision": "int8", **metadata})
     onnx.save(old, str(tmp_path / "old-int8.onnx"))
     assert re.match(reason, stale_int8_reason(tmp_path / "old-int8.onnx", model))
+
+
+def _graph(nodes: list, initializers: list | None = None) -> onnx.ModelProto:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], initializers or [])
+    return helper.make_model(graph)
+
+
+def test_the_stem_is_the_first_convolution_and_what_follows_it_alone(tiny_fp32):
+    from onnx import helper, numpy_helper
+
+    model, _ = tiny_fp32
+    # the tiny net's first activation also feeds a later route, so the stem stops there, before the maxpool
+    assert stem_nodes(onnx.load(str(model))) == ["L0/conv", "L0/leaky"]
+    w = numpy_helper.from_array(np.zeros((4, 3, 3, 3), np.float32), "w")
+    silu = _graph([helper.make_node("Conv", ["images", "w"], ["c"], name="conv"),
+                   helper.make_node("Sigmoid", ["c"], ["s"], name="sig"),
+                   helper.make_node("Mul", ["c", "s"], ["out"], name="mul")], [w])
+    assert stem_nodes(silu) == ["conv"]  # x * sigmoid(x) branches: the convolution alone
+    chain = _graph([helper.make_node("Conv", ["images", "w"], ["c"], name="conv"),
+                    helper.make_node("LeakyRelu", ["c"], ["l"], name="leaky"),
+                    helper.make_node("MaxPool", ["l"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+                    helper.make_node("Conv", ["p", "w2"], ["out"], name="conv2")],
+                   [w, numpy_helper.from_array(np.zeros((4, 4, 1, 1), np.float32), "w2")])
+    assert stem_nodes(chain) == ["conv", "leaky", "pool"]
+    scaled = _graph([helper.make_node("Mul", ["images", "k"], ["m"], name="scale"),
+                     helper.make_node("Conv", ["m", "w"], ["out"], name="conv")],
+                    [w, numpy_helper.from_array(np.array(1 / 255, np.float32), "k")])
+    assert stem_nodes(scaled) == []  # no convolution reads the image directly: nothing to keep
+
+
+def test_the_stem_stays_fp32_and_the_file_tells_onnx_runtime_to_leave_it_so(tiny_fp32, tmp_path):
+    model, images = tiny_fp32
+    out = quantize_model(model, images, tmp_path / "stem-int8.onnx", frames=2)
+    quantized = onnx.load(str(out))
+    first = next(n for n in quantized.graph.node if n.name == "L0/conv")
+    weights = {init.name for init in quantized.graph.initializer}
+    assert first.input[0] == "images" and first.input[1] in weights  # float image, float weights: no Q/DQ
+    float_convs = [n.name for n in quantized.graph.node if n.op_type == "Conv" and n.input[1] in weights]
+    assert float_convs == ["L0/conv"]  # every other convolution reads DequantizeLinear weights
+    meta = {p.key: p.value for p in quantized.metadata_props}
+    assert meta["detstream.quantizer_version"] == "2"
+    assert load_model_spec(out).ort_disabled_optimizers == ("QDQPropagationTransformer",)
+    plain = quantize_model(model, images, tmp_path / "plain-int8.onnx", frames=2,
+                           options=QuantOptions(fp32_stem=False))
+    first = next(n for n in onnx.load(str(plain)).graph.node if n.name == "L0/conv")
+    assert first.input[0] != "images"  # fed by a DequantizeLinear
+    assert load_model_spec(plain).ort_disabled_optimizers == ()

@@ -196,8 +196,10 @@ def _int8_beside(models: Path, metadata: dict[str, str]) -> None:
 
 
 @pytest.mark.parametrize(("metadata", "stale"), [
+    ({"detstream.converter_version": "2", "detstream.quantized_from": hashlib.sha256(b"fp32 model bytes").hexdigest(),
+      "detstream.quantizer_version": "2"}, None),
     ({"detstream.converter_version": "2", "detstream.quantized_from": hashlib.sha256(b"fp32 model bytes").hexdigest()},
-     None),
+     "made by quantizer v1"),
     ({"detstream.converter_version": "1"}, "made from converter v1 output"),
     ({"detstream.converter_version": "2", "detstream.quantized_from": "ab" * 32}, "was quantized from another"),
 ])
