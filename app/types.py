@@ -67,6 +67,10 @@ class ModelSpec:
     stride: int = 32
     ort_disabled_optimizers: tuple[str, ...] = ()
 
+    def ort_session_kwargs(self) -> dict[str, list[str]]:
+        """Extra ``onnxruntime.InferenceSession`` arguments the model file asks for (its disabled optimizers)."""
+        return {"disabled_optimizers": list(self.ort_disabled_optimizers)} if self.ort_disabled_optimizers else {}
+
 
 @dataclass(slots=True)
 class FrameMeta:

@@ -349,8 +349,7 @@ def _load(ort: Any, spec: ModelSpec, config: EngineConfig, chosen: list[str], th
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     try:
         configured = [_with_options(p, config) for p in chosen]
-        skip = {"disabled_optimizers": list(spec.ort_disabled_optimizers)} if spec.ort_disabled_optimizers else {}
-        return ort.InferenceSession(spec.path, sess_options=options, providers=configured, **skip)
+        return ort.InferenceSession(spec.path, sess_options=options, providers=configured, **spec.ort_session_kwargs())
     except Exception as error:
         raise EngineLoadError(f"onnxruntime cannot load {spec.path}: {first_line(error)}") from None
 

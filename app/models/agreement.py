@@ -76,9 +76,8 @@ def session(model: Path, threads: int = 2, config: dict[str, str] | None = None)
     options.inter_op_num_threads = 1
     for key, value in (config or {}).items():
         options.add_session_config_entry(key, value)
-    skip = list(load_model_spec(model).ort_disabled_optimizers)  # as the engine runs it (timings compare)
     return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"],
-                                **({"disabled_optimizers": skip} if skip else {}))
+                                **load_model_spec(model).ort_session_kwargs())  # as the engine runs it
 
 
 def detect(model: Path, inputs: list[np.ndarray], boxes: list[Letterbox], threads: int = 2) -> list[Detections]:

@@ -42,7 +42,7 @@ def stale_int8_reason(int8_path: Path, fp32_path: Path) -> str | None:
     Stale: it was quantized from another converter version's output, records
     no source at all (made before provenance was recorded), or records a
     different sha256 than ``fp32_path`` has now, or was made by an older
-quantizer (``detstream.quantizer_version``). Without ``fp32_path`` only
+    quantizer (``detstream.quantizer_version``). Without ``fp32_path`` only
     the converter version can be checked.
     """
     meta = _metadata(Path(int8_path))
