@@ -110,3 +110,23 @@ def test_the_int8_model_keeps_the_metadata_and_a_fp32_decode_tail(default_model,
     assert spec.ort_disabled_optimizers == ("QDQPropagationTransformer",)
     assert (spec.layout, spec.static_batch, spec.input_height, spec.input_width) == ("yolov5", None, 416, 416)
     assert (spec.dynamic_hw, spec.stride) == (True, 32)
+
+
+def test_the_engine_skips_the_optimizer_the_int8_file_names_and_gets_the_same_values(int8_model, held_out_frames):
+    """The file's ``detstream.ort_disabled_optimizers`` reaches the pipeline's engine, and skipping
+    QDQ propagation (which only moves a QuantizeLinear across a max-pool) leaves every output as it was."""
+    from app.config import EngineConfig
+    from app.engines.onnxruntime import OrtEngine
+
+    spec = load_model_spec(int8_model)
+    engine = OrtEngine(spec, EngineConfig(backend="onnxruntime", max_batch=2, intra_op_threads=1))
+    assert engine.provider == "CPUExecutionProvider"
+    with_pass = ort.InferenceSession(str(int8_model), providers=["CPUExecutionProvider"])  # propagation on
+    frames = [np.ascontiguousarray(letterbox(rgb, RECT["vtest"])[0]) for rgb in held_out_frames[:2]]
+    try:
+        got = engine.submit(frames).wait()[0]
+    finally:
+        engine.close()
+    want = with_pass.run(["output"], {"images": np.stack(frames)})[0]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
