@@ -71,15 +71,16 @@ def clip_label(name: str) -> str:
     return Path(name).stem
 
 
-def _cache_name(clip: Path, what: str) -> str:
+def cache_name(clip: Path, what: str, suffix: str = ".mkv") -> str:
+    """A cache file name for something made from ``clip``: a new one when the clip's path, size or mtime change."""
     st = clip.stat()
     digest = hashlib.sha256(f"{clip}:{st.st_size}:{st.st_mtime_ns}:{what}".encode()).hexdigest()[:12]
-    return f"{clip.stem}-{what}-{digest}.mkv"
+    return f"{clip.stem}-{what}-{digest}{suffix}"
 
 
 def head_copy(clip: Path, frames: int, cache_dir: Path) -> Path:
     """The first ``frames`` video packets of ``clip``, remuxed (no re-encoding) into an MKV."""
-    out_path = cache_dir / _cache_name(clip, f"head{frames}")
+    out_path = cache_dir / cache_name(clip, f"head{frames}")
     if out_path.exists():
         _mark_used(out_path)
         return out_path
@@ -116,7 +117,7 @@ def count_frames(clip: Path, limit: int | None = None) -> int:
 def _encode_at_fps(clip: Path, fps: int, max_frames: int | None, cache_dir: Path) -> Path:
     """``clip`` re-encoded at ``fps`` (frames picked on a pts grid), keyframe every 2 s, no B-frames, same codec
     if possible."""
-    out_path = cache_dir / _cache_name(clip, f"{fps}fps{max_frames or ''}-nobf")
+    out_path = cache_dir / cache_name(clip, f"{fps}fps{max_frames or ''}-nobf")
     if out_path.exists():
         _mark_used(out_path)
         return out_path
@@ -168,7 +169,7 @@ def camera_clips(clip: Path, cameras: int, fps: int, cache_dir: Path, max_frames
     total = max(max_frames or 0, len(packets))
     paths = []
     for camera in range(cameras):
-        out_path = cache_dir / _cache_name(base, f"cam{camera}of{cameras}-{total}f")
+        out_path = cache_dir / cache_name(base, f"cam{camera}of{cameras}-{total}f")
         if out_path.exists():
             _mark_used(out_path)
         else:

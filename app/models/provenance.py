@@ -22,6 +22,9 @@ from app.models.files import sha256_file
 logger = logging.getLogger(__name__)
 
 QUANTIZED_FROM = "detstream.quantized_from"
+CALIBRATED_ON = "detstream.calibrated_on"
+"""The file name of the footage an INT8 model was calibrated on (a video, or a folder of images)."""
+CALIBRATION_FRAMES = "detstream.calibration_frames"
 QUANTIZER_VERSION = "2"
 """``detstream.quantizer_version`` of what :func:`app.models.quantize.quantize_model` writes now: version 2 keeps
 the stem (first convolution block) in fp32, which measured faster and closer to fp32 than version 1 (no key)."""
@@ -34,6 +37,17 @@ def _metadata(path: Path) -> dict[str, str] | None:
         logger.debug("%s: cannot read metadata: %s", path, error)
         return None
     return {prop.key: prop.value for prop in model.metadata_props}
+
+
+def calibration_of(int8_path: Path) -> tuple[str, int] | None:
+    """(file name of the calibration footage, frames) an INT8 model records; None when it records none
+    (made before the keys existed) or cannot be read. Only the name is kept, never a path or a URL."""
+    meta = _metadata(Path(int8_path)) or {}
+    name = meta.get(CALIBRATED_ON)
+    try:
+        return (name, int(meta.get(CALIBRATION_FRAMES, "0"))) if name else None
+    except ValueError:
+        return name, 0
 
 
 def stale_int8_reason(int8_path: Path, fp32_path: Path) -> str | None:

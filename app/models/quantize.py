@@ -36,7 +36,7 @@ from app.errors import ModelError
 from app.models.agreement import detection_agreement
 from app.models.calibration import FrameReader, InputFit, calibration_frames
 from app.models.files import atomic_output
-from app.models.provenance import QUANTIZED_FROM, QUANTIZER_VERSION
+from app.models.provenance import CALIBRATED_ON, CALIBRATION_FRAMES, QUANTIZED_FROM, QUANTIZER_VERSION
 from app.models.spec import DISABLED_OPTIMIZERS, load_model_spec
 
 logger = logging.getLogger(__name__)
@@ -161,8 +161,9 @@ def quantize_model(model_path: Path | str, calib_source: Path | str, out_path: P
     decoded with PyAV) or a folder of images, letterboxed at the size the
     pipeline feeds each frame (:meth:`InputFit.of`). The output keeps the
     input's dynamic dimensions and ``metadata_props``, plus
-    ``detstream.precision=int8`` and ``detstream.quantized_from`` (the fp32
-    file's sha256); it is written to a
+    ``detstream.precision=int8``, ``detstream.quantized_from`` (the fp32
+    file's sha256) and ``detstream.calibrated_on``/``calibration_frames``
+    (the footage's file name, and how many frames); it is written to a
     temporary file and renamed, so a failed run leaves no half model.
     Raises :class:`ModelError` for an unreadable model or calibration source.
     """
@@ -188,7 +189,8 @@ def quantize_model(model_path: Path | str, calib_source: Path | str, out_path: P
         excluded = head_nodes(graph, options.exclude_output_convs)
         stem = stem_nodes(graph) if options.fp32_stem else []
         excluded += [name for name in stem if name not in excluded]
-        extra = {"detstream.quantizer_version": QUANTIZER_VERSION}
+        extra = {"detstream.quantizer_version": QUANTIZER_VERSION, CALIBRATED_ON: Path(calib_source).name,
+                 CALIBRATION_FRAMES: str(len(data))}
         if stem:
             extra[DISABLED_OPTIMIZERS] = STEM_OPTIMIZER_OFF
         sizes = sorted({frame.shape[1:] for frame in data})

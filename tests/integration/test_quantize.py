@@ -17,7 +17,7 @@ import onnxruntime as ort
 import pytest
 
 from app.models.calibration import evenly_spaced
-from app.models.provenance import stale_int8_reason
+from app.models.provenance import calibration_of, stale_int8_reason
 from app.models.quantize import quantize_model
 from app.models.spec import load_model_spec
 from tests.integration.test_default_model import RECT, class_names, detect, frames, letterbox
@@ -91,8 +91,10 @@ def test_the_int8_model_keeps_the_metadata_and_a_fp32_decode_tail(default_model,
     fp32_sha256 = hashlib.sha256(default_model.read_bytes()).hexdigest()
     assert meta == {**source, "detstream.precision": "int8", "detstream.quantized_from": fp32_sha256,
                     "detstream.quantizer_version": "2",
-                    "detstream.ort_disabled_optimizers": "QDQPropagationTransformer"}
+                    "detstream.ort_disabled_optimizers": "QDQPropagationTransformer",
+                    "detstream.calibrated_on": "vtest.avi", "detstream.calibration_frames": str(CALIBRATION_FRAMES)}
     assert stale_int8_reason(int8_model, default_model) is None
+    assert calibration_of(int8_model) == ("vtest.avi", CALIBRATION_FRAMES)  # the name only, never the path
     assert json.loads(meta["detstream.class_names"])[0] == "person"
     ops = [n.op_type for n in model.graph.node]
     assert ops.count("DequantizeLinear") >= 20
