@@ -81,7 +81,7 @@ def agreement_by_clip(fp32_model: Path, bench_model: Path, clips: dict[str, Path
     for label, clip in clips.items():
         bench = {"calibrated_on": bench_calibrated_on,
                  **agreement(fp32_model, bench_model, clip, count, calibration_frames)}
-        if bench_calibrated_on == clip.name:
+        if recorded == (clip.name, calibration_frames):  # else its calibration frames are not the ones held out
             own = bench
         else:
             own_model = own_calibration_model(fp32_model, clip, calibration_frames, cache_dir)

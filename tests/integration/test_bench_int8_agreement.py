@@ -87,3 +87,12 @@ def test_a_bench_model_that_does_not_say_what_it_was_calibrated_on_is_not_taken_
                               cache)["vtest"]
     assert entry["bench_model"]["calibrated_on"] == "unknown"
     assert entry["own_calibration"]["calibrated_on"] == vtest.name and "model" in entry["own_calibration"]
+
+
+def test_a_bench_model_calibrated_on_another_frame_count_is_not_reused_as_the_clips_own(
+        default_model, vtest_int8, vtest, cache):
+    """Its calibration frames are not the ones the agreement holds out, so the clip gets its own model."""
+    entry = agreement_by_clip(default_model, vtest_int8, {"vtest": vtest}, HELD_OUT, CALIBRATION_FRAMES + 2,
+                              cache)["vtest"]
+    assert entry["bench_model"]["calibrated_on"] == vtest.name
+    assert "model" in entry["own_calibration"] and f"calib{CALIBRATION_FRAMES + 2}" in entry["own_calibration"]["model"]
