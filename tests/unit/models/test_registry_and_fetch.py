@@ -198,13 +198,17 @@ def _int8_beside(models: Path, metadata: dict[str, str]) -> None:
 @pytest.mark.parametrize(("metadata", "stale"), [
     ({"detstream.converter_version": "2", "detstream.quantized_from": hashlib.sha256(b"fp32 model bytes").hexdigest(),
       "detstream.quantizer_version": "2"}, None),
+    ({"detstream.converter_version": "2", "detstream.quantized_from": hashlib.sha256(b"fp32 model bytes").hexdigest(),
+      "detstream.quantizer_version": "2", "detstream.calibrated_on": "gate-cam.mp4",
+      "detstream.calibration_frames": "100"}, None),
     ({"detstream.converter_version": "2", "detstream.quantized_from": hashlib.sha256(b"fp32 model bytes").hexdigest()},
      "made by quantizer v1"),
     ({"detstream.converter_version": "1"}, "made from converter v1 output"),
     ({"detstream.converter_version": "2", "detstream.quantized_from": "ab" * 32}, "was quantized from another"),
 ])
-def test_a_stale_int8_model_resolves_with_one_warning_naming_the_command(tmp_path, caplog, capsys, metadata,
-                                                                        stale):
+def test_a_stale_int8_model_resolves_with_one_warning_naming_the_command(tmp_path, caplog, capsys, monkeypatch,
+                                                                        metadata, stale):
+    monkeypatch.setenv("COLUMNS", "400")  # rich sizes the table to the terminal: no wrapping, whatever runs the tests
     _int8_beside(tmp_path, metadata)
     with caplog.at_level(logging.WARNING, logger="app.models.registry"):
         assert registry.resolve_model("yolov3-tiny-int8", tmp_path) == tmp_path / "yolov3-tiny-int8.onnx"
@@ -215,5 +219,6 @@ def test_a_stale_int8_model_resolves_with_one_warning_naming_the_command(tmp_pat
     else:
         assert len(warnings) == 1 and stale in warnings[0] and f"re-make it with `{command}`" in warnings[0]
     models_command(argparse.Namespace(models_command="list", models_dir=tmp_path))
-    listed = " ".join(capsys.readouterr().out.split())  # rich wraps long cells
+    listed = capsys.readouterr().out
     assert ("stale:" in listed) == (stale is not None)
+    assert ("calibrated on gate-cam.mp4 (100 frames)" in listed) == ("detstream.calibrated_on" in metadata)
