@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 
 def models_command(args: argparse.Namespace) -> int:
@@ -26,7 +26,8 @@ def models_command(args: argparse.Namespace) -> int:
         return 0
     from app.models.provenance import calibration_of
 
-    table = Table("name", "present", "path", "size", "note")
+    # long words (names, paths, metadata keys) fold over lines rather than end in "…": an operator copies them
+    table = Table(*(Column(title, overflow="fold") for title in ("name", "present", "path", "size", "note")))
     for entry in list_models(args.models_dir):
         reason = stale_reason(entry.name, args.models_dir) if entry.present else None
         notes = [f"stale: {reason}"] if reason else []

@@ -222,3 +222,13 @@ def test_a_stale_int8_model_resolves_with_one_warning_naming_the_command(tmp_pat
     listed = capsys.readouterr().out
     assert ("stale:" in listed) == (stale is not None)
     assert ("calibrated on gate-cam.mp4 (100 frames)" in listed) == ("detstream.calibrated_on" in metadata)
+
+
+def test_models_list_never_cuts_a_path_short_in_a_narrow_terminal(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "70")
+    _int8_beside(tmp_path, {})
+    models_command(argparse.Namespace(models_command="list", models_dir=tmp_path))
+    out = capsys.readouterr().out
+    assert "…" not in out  # folded over lines instead
+    joined = "".join(line.split("│")[3].strip() for line in out.splitlines() if line.count("│") == 6)
+    assert str(tmp_path / "yolov3-tiny-int8.onnx") in joined
