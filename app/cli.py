@@ -62,20 +62,35 @@ def _add_models(sub: argparse._SubParsersAction) -> None:
     ls.add_argument("--models-dir", type=Path, default=Path("models"))
 
 
+def batch_range(text: str) -> tuple[int, int, int]:
+    """``MIN:OPT:MAX`` batch sizes, 1 <= MIN <= OPT <= MAX (argparse reports the error and the command's usage)."""
+    parts = text.split(":")
+    try:
+        low, opt, high = (int(part) for part in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected MIN:OPT:MAX, whole numbers such as 1:4:8, got {text!r}") from None
+    if not 1 <= low <= opt <= high:
+        raise argparse.ArgumentTypeError(f"expected 1 <= MIN <= OPT <= MAX, got {text!r}")
+    return low, opt, high
+
+
 def _add_tools(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser("build-engine", help="build and cache a TensorRT engine (needs an NVIDIA GPU)")
-    b.add_argument("model", type=Path)
-    b.add_argument("--fp16", action="store_true")
-    b.add_argument("--int8", action="store_true")
-    b.add_argument("--calib", type=Path, metavar="PATH_TO_FRAMES_OR_VIDEO")
-    b.add_argument("--batch", default="1:4:8", metavar="MIN:OPT:MAX")
-    b.add_argument("--cache-dir", type=Path)
+    b.add_argument("model", type=Path, help="the ONNX model to build from")
+    b.add_argument("--fp16", action="store_true", help="build in FP16")
+    b.add_argument("--int8", action="store_true", help="build in INT8, calibrated on --calib")
+    b.add_argument("--calib", type=Path, metavar="PATH_TO_FRAMES_OR_VIDEO", help="INT8 calibration footage")
+    b.add_argument("--batch", default=(1, 4, 8), type=batch_range, metavar="MIN:OPT:MAX",
+                   help="the batch sizes the engine's profiles cover (default: 1:4:8)")
+    b.add_argument("--cache-dir", type=Path, help="default: engine.cache_dir's default, ~/.cache/detstream/engines")
 
     q = sub.add_parser("quantize", help="make a static INT8 (QDQ) model calibrated on your footage")
-    q.add_argument("model", type=Path)
-    q.add_argument("--calib", type=Path, required=True, metavar="VIDEO_OR_DIR")
-    q.add_argument("--out", type=Path)
-    q.add_argument("--frames", type=int, default=100)
+    q.add_argument("model", type=Path, help="the fp32 ONNX model, e.g. models/yolov3-tiny.onnx")
+    q.add_argument("--calib", type=Path, required=True, metavar="VIDEO_OR_DIR",
+                   help="a video or a folder of images from the cameras the model will watch (frames are taken "
+                        "evenly over it); agreement with fp32 depends on it (docs/models.md)")
+    q.add_argument("--out", type=Path, help="where to write it (default: <model stem>-int8.onnx beside the model)")
+    q.add_argument("--frames", type=int, default=100, help="calibration frames (default: 100)")
 
     x = sub.add_parser("proxy", help="XSUB/XPUB fan-in: workers connect to the frontend, subscribers to the backend")
     x.add_argument("--frontend", default="tcp://127.0.0.1:5556")
@@ -117,11 +132,12 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return models_command(args)
     if args.command == "build-engine":
+        from app.config import EngineConfig
+        from app.engines import default_cache_dir
         from app.engines.trt_build import build_engine_main
 
-        low, opt, high = (int(v) for v in args.batch.split(":"))
-        build_engine_main(args.model, fp16=args.fp16, int8=args.int8, calib=args.calib, batch=(low, opt, high),
-                          cache_dir=args.cache_dir, progress=True)
+        build_engine_main(args.model, fp16=args.fp16, int8=args.int8, calib=args.calib, batch=args.batch,
+                          cache_dir=args.cache_dir or default_cache_dir(EngineConfig()), progress=True)
         return 0
     if args.command == "quantize":
         from app.models.quantize import quantize_model

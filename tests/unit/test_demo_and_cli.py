@@ -1,5 +1,6 @@
 """The built-in demo config, CLI option parsing and overrides."""
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,28 @@ def test_bench_options_reach_the_bench_wherever_the_global_options_stand(argv, e
     from app.cli import bench_passthrough
 
     assert bench_passthrough(argv) == expected
+
+
+@pytest.mark.parametrize(("batch", "wanted"), [("1:4", "MIN:OPT:MAX, whole numbers"), ("1:x:8", "whole numbers"),
+                                               ("4:2:8", "1 <= MIN <= OPT <= MAX"), ("0:1:2", "1 <= MIN")])
+def test_build_engine_refuses_a_bad_batch_range_with_its_usage(batch, wanted, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["build-engine", "m.onnx", "--batch", batch])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --batch" in err and wanted in err and "usage: detstream build-engine" in err
+
+
+def test_build_engine_parses_its_batch_range_and_defaults_it():
+    parser = build_parser()
+    assert parser.parse_args(["build-engine", "m.onnx", "--batch", "2:4:16"]).batch == (2, 4, 16)
+    assert parser.parse_args(["build-engine", "m.onnx"]).batch == (1, 4, 8)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorrt") is not None, reason="with TensorRT it would really build")
+def test_build_engine_without_a_gpu_or_cache_dir_says_what_it_needs(default_model, capsys):
+    """The cache folder defaults to the engines' own; here the command ends on the missing GPU, not a traceback."""
+    from app.cli import main
+
+    assert main(["build-engine", str(default_model)]) == 2
+    assert "detstream: error: build-engine needs an NVIDIA GPU with TensorRT" in capsys.readouterr().err
