@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
 
@@ -125,3 +126,35 @@ def test_model_only_says_how_close_it_computes_to_the_cores_peak(quick_results):
     for entry in model_only["batches"].values():
         # GFLOP per CPU-second: well above a naive loop's few GFLOP/s, and a core cannot beat its SGEMM by 2x
         assert 5 < entry["gflops_per_core"] < 2 * sgemm
+
+
+@pytest.fixture(scope="module")
+def int8_results(tmp_path_factory, default_model, vtest, bikes):
+    """``--int8`` on both clips with a copy of the default model, so the INT8 file lands beside the copy."""
+    work = tmp_path_factory.mktemp("bench-int8")
+    model = work / "yolov3-tiny.onnx"
+    shutil.copyfile(default_model, model)
+    out = work / "int8.json"
+    proc = detstream("bench", "--quick", "--int8", "--only", "model", "--clip", "vtest,bikes", "--model", str(model),
+                     "--cache-dir", str(work / "cache"), "--json", str(out), timeout_s=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return work, json.loads(out.read_text())
+
+
+def test_int8_reports_speed_and_agreement_on_every_clip(int8_results):
+    work, results = int8_results
+    int8 = results["int8"]
+    assert (work / "yolov3-tiny-int8.onnx").is_file()  # made on the first clip, as it was missing
+    assert _positive(int8["speedup_model_only"])
+    by_clip = int8["agreement_by_clip"]
+    assert list(by_clip) == ["vtest", "bikes"]
+    assert by_clip["vtest"]["own_calibration"] == by_clip["vtest"]["bench_model"]  # calibrated on vtest already
+    assert by_clip["vtest"]["bench_model"]["calibrated_on"] == "vtest.avi"
+    own = by_clip["bikes"]["own_calibration"]
+    assert own["calibrated_on"] == "bikes.mp4" and own["model"].startswith(str(work / "cache"))
+    for entry in by_clip.values():
+        assert 0 <= entry["own_calibration"]["f1"] <= 1 and entry["own_calibration"]["reference_detections"] > 0
+    rows = {row["name"]: row for row in results["targets"]}
+    for label in ("vtest", "bikes"):
+        row = rows[f"INT8 F1 vs fp32, {label} (calibrated on its own footage)"]
+        assert row["value"] == by_clip[label]["own_calibration"]["f1"] and isinstance(row["pass"], bool)
