@@ -156,5 +156,5 @@ def run_int8(ctx: Any, results: dict[str, Any]) -> dict[str, Any]:
     labelled = {clip_tools.clip_label(name): ctx.clips[name] for name in plan.clips}
     out["agreement_by_clip"] = agreement_by_clip(ctx.model_path, model, labelled, count, calib_frames,
                                                  plan.cache_dir)
-    out.update(out["agreement_by_clip"][clip_tools.clip_label(plan.clips[0])]["bench_model"])  # the keys of old runs
-    return out
+    # the agreement keys results had before per-clip agreement; the section's own keys ("clip": the label) win
+    return {**out["agreement_by_clip"][clip_tools.clip_label(plan.clips[0])]["bench_model"], **out}

@@ -179,14 +179,16 @@ def throughput_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, s
         rows.append(("detstream file mode", label, spread(entry["fps"]), "",
                      notes + ("; lossless" if entry["lossless"] else "; NOT LOSSLESS")))
     int8 = results.get("int8", {})
+    int8_clip = int8.get("clip", "")
+    if int8.get("input_hw"):  # as the fp32 model-only rows name theirs
+        int8_clip += " ({}x{})".format(*int8["input_hw"])
     for b, entry in int8.get("model_only", {}).get("batches", {}).items():
-        rows.append((f"INT8 model-only, batch {b}", int8.get("clip", ""), spread(entry["fps"]),
-                     spread(entry["ms_per_batch"]), ""))
+        rows.append((f"INT8 model-only, batch {b}", int8_clip, spread(entry["fps"]), spread(entry["ms_per_batch"]), ""))
     for label, entry in int8.get("file", {}).items():
         rows.append(("INT8 file mode", label, spread(entry["fps"]), "",
                      f"{entry.get('speedup_vs_fp32', '-')}x fp32 file mode"))
     if int8:
-        rows.append(("INT8 speedup, model-only", int8.get("clip", ""), spread(int8.get("speedup_model_only_runs")),
+        rows.append(("INT8 speedup, model-only", int8_clip, spread(int8.get("speedup_model_only_runs")),
                      "", f"paired with fp32 per round; F1 vs fp32 {int8.get('f1', '-')} ({int8.get('method', '')})"))
     for label, entry in int8.get("agreement_by_clip", {}).items():
         own, bench = entry["own_calibration"], entry["bench_model"]

@@ -146,6 +146,11 @@ def test_int8_reports_speed_and_agreement_on_every_clip(int8_results):
     int8 = results["int8"]
     assert (work / "yolov3-tiny-int8.onnx").is_file()  # made on the first clip, as it was missing
     assert _positive(int8["speedup_model_only"])
+    assert (int8["clip"], int8["input_hw"]) == ("vtest", [320, 416])  # the label, as the fp32 rows have it
+    from app.bench.report import throughput_rows
+
+    labels = {row[1] for row in throughput_rows(results) if row[0].startswith("INT8 model-only")}
+    assert labels == {"vtest (320x416)"}
     by_clip = int8["agreement_by_clip"]
     assert list(by_clip) == ["vtest", "bikes"]
     assert by_clip["vtest"]["own_calibration"] == by_clip["vtest"]["bench_model"]  # calibrated on vtest already
