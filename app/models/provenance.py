@@ -25,6 +25,7 @@ QUANTIZED_FROM = "detstream.quantized_from"
 CALIBRATED_ON = "detstream.calibrated_on"
 """The file name of the footage an INT8 model was calibrated on (a video, or a folder of images)."""
 CALIBRATION_FRAMES = "detstream.calibration_frames"
+QUANTIZER_VERSION_KEY = "detstream.quantizer_version"
 QUANTIZER_VERSION = "2"
 """``detstream.quantizer_version`` of what :func:`app.models.quantize.quantize_model` writes now: version 2 keeps
 the stem (first convolution block) in fp32, which measured faster and closer to fp32 than version 1 (no key)."""
@@ -74,7 +75,7 @@ def stale_int8_reason(int8_path: Path, fp32_path: Path) -> str | None:
     current = sha256_file(fp32_path)
     if source != current:
         return f"was quantized from another {fp32_path.name} (sha256 {source[:12]}, the file now has {current[:12]})"
-    made_by = meta.get("detstream.quantizer_version", "1")
+    made_by = meta.get(QUANTIZER_VERSION_KEY, "1")
     if made_by != QUANTIZER_VERSION:
         return (f"made by quantizer v{made_by} (the current one, v{QUANTIZER_VERSION}, keeps the first convolution "
                 "block in fp32: faster and closer to fp32)")

@@ -36,7 +36,13 @@ from app.errors import ModelError
 from app.models.agreement import detection_agreement
 from app.models.calibration import FrameReader, InputFit, calibration_frames
 from app.models.files import atomic_output
-from app.models.provenance import CALIBRATED_ON, CALIBRATION_FRAMES, QUANTIZED_FROM, QUANTIZER_VERSION
+from app.models.provenance import (
+    CALIBRATED_ON,
+    CALIBRATION_FRAMES,
+    QUANTIZED_FROM,
+    QUANTIZER_VERSION,
+    QUANTIZER_VERSION_KEY,
+)
 from app.models.spec import DISABLED_OPTIMIZERS, load_model_spec
 
 logger = logging.getLogger(__name__)
@@ -189,7 +195,7 @@ def quantize_model(model_path: Path | str, calib_source: Path | str, out_path: P
         excluded = head_nodes(graph, options.exclude_output_convs)
         stem = stem_nodes(graph) if options.fp32_stem else []
         excluded += [name for name in stem if name not in excluded]
-        extra = {"detstream.quantizer_version": QUANTIZER_VERSION, CALIBRATED_ON: Path(calib_source).name,
+        extra = {QUANTIZER_VERSION_KEY: QUANTIZER_VERSION, CALIBRATED_ON: Path(calib_source).name,
                  CALIBRATION_FRAMES: str(len(data))}
         if stem:
             extra[DISABLED_OPTIMIZERS] = STEM_OPTIMIZER_OFF
