@@ -228,7 +228,7 @@ class OrtEngine(Engine):
         bindings = entry.bindings[s]
         for job in range(jobs):
             if job not in bindings:
-                bindings[job] = self._bind(entry, s, job * chunk, chunk, None)
+                bindings[job] = self._bind(entry, s, job * chunk, chunk)
         staging = None
         if chunk > 1 or not all(f.dtype == self._dtype and f.flags.c_contiguous for f in frames):
             staging = self._staging_rows(s, entry.hw)
@@ -256,7 +256,11 @@ class OrtEngine(Engine):
         for key, offset, count in runs:
             binding = bindings.get(key)
             if binding is None:
-                binding = bindings[key] = self._bind(entry, s, offset, count, rows[offset : offset + count])
+                binding = bindings[key] = self._bind(entry, s, offset, count)
+            # Bound again for every run: on a GPU provider ONNX Runtime copies a host input to the device when it
+            # is bound, not when it runs, so a reused binding would run on the frames of its first batch.
+            source = rows[offset : offset + count]
+            binding.bind_input(self.spec.input_name, "cpu", 0, self._dtype, source.shape, source.ctypes.data)
             self._session.run_with_iobinding(binding)
             if entry.outputs is None:
                 parts.append(binding.copy_outputs_to_cpu())
@@ -265,11 +269,9 @@ class OrtEngine(Engine):
             return views
         return [np.concatenate([part[i] for part in parts])[:n] for i in range(len(self._output_names))]
 
-    def _bind(self, entry: ShapeEntry, s: int, offset: int, rows: int, source: np.ndarray | None) -> Any:
-        """An IO binding whose outputs are rows ``offset:offset+rows`` of set ``s`` (input bound now or per job)."""
+    def _bind(self, entry: ShapeEntry, s: int, offset: int, rows: int) -> Any:
+        """An IO binding whose outputs are rows ``offset:offset+rows`` of set ``s``; the input is bound per run."""
         binding = self._session.io_binding()
-        if source is not None:
-            binding.bind_input(self.spec.input_name, "cpu", 0, self._dtype, source.shape, source.ctypes.data)
         for index, name in enumerate(self._output_names):
             if entry.outputs is None:
                 binding.bind_output(name, "cpu")
