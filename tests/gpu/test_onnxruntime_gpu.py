@@ -50,6 +50,7 @@ def test_the_cuda_provider_computes_what_numpy_does(tmp_path: Path) -> None:
     engine = OrtEngine(spec, _config(), [CUDA, "CPUExecutionProvider"])
     try:
         assert engine.backend == f"onnxruntime:{CUDA}"
+        assert engine.batch_sizes == (4,), "every run pads to max_batch: a new shape costs a cuDNN search"
         # More batches than output sets, so that every IO binding is used again with new frames
         # (ONNX Runtime copies a host input to the GPU when it is bound: a reused binding must be bound again).
         for round_ in range(engine.output_sets + 1):
@@ -57,6 +58,17 @@ def test_the_cuda_provider_computes_what_numpy_does(tmp_path: Path) -> None:
             frames = random_frames(n, seed=10 * round_ + n)
             for got, want in zip(engine.submit(list(frames)).wait(), reference(frames), strict=True):
                 np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    finally:
+        engine.close()
+
+
+def test_the_cuda_provider_takes_nominal_frames_only(tmp_path: Path) -> None:
+    spec = make_model(tmp_path / "dynamic.onnx", None, dynamic_hw=True)
+    engine = OrtEngine(spec, _config(), [CUDA, "CPUExecutionProvider"])
+    try:
+        assert not engine.accepts_dynamic_hw, "a GPU provider runs one shape; rectangles would each be searched"
+        with pytest.raises(ValueError):
+            engine.submit([np.zeros((3, 4, 8), np.float32)])
     finally:
         engine.close()
 
