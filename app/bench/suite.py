@@ -221,8 +221,7 @@ class _Throughput:
         from app.engines import create_engine
         from app.pipeline import in_flight_batches, use_rect
 
-        self.engine = create_engine(self.ctx.spec, self.ctx.config.engine)
-        self.engine.warmup()
+        self.engine = create_engine(self.ctx.spec, self.ctx.config.engine)  # warmed up
         self.rect = use_rect(self.ctx.config, self.engine)
         self.in_flight = in_flight_batches(self.ctx.config) + 1  # the queue, plus the batch being postprocessed
         for name in self.plan.clips:

@@ -30,8 +30,11 @@ FAIL_AT = 100.0
 
 
 def make_model(path: Path, batch: int | None, *, height: int = HEIGHT, width: int = WIDTH,
-               dynamic_hw: bool = False, fragile: bool = False) -> ModelSpec:
-    """Write the model with a fixed (``batch``) or dynamic (None) batch dim; return its spec."""
+               dynamic_hw: bool = False, fragile: bool = False, fail_at: float = FAIL_AT) -> ModelSpec:
+    """Write the model with a fixed (``batch``) or dynamic (None) batch dim; return its spec.
+
+    ``fail_at`` moves the fragile model's threshold (0.0: every run fails, zeros included).
+    """
     n: int | str = batch if batch is not None else "batch"
     h: int | str = "height" if dynamic_hw else height
     w: int | str = "width" if dynamic_hw else width
@@ -61,7 +64,7 @@ def make_model(path: Path, batch: int | None, *, height: int = HEIGHT, width: in
             helper.make_node("Add", ["pooled_ok", "nothing"], ["pooled"]),
         ]
         inits += [
-            helper.make_tensor("fail_at", TensorProto.FLOAT, [], [FAIL_AT]),
+            helper.make_tensor("fail_at", TensorProto.FLOAT, [], [fail_at]),
             helper.make_tensor("zero_i", TensorProto.INT64, [], [0]),
             helper.make_tensor("one_i", TensorProto.INT64, [], [1]),
             helper.make_tensor("nought", TensorProto.FLOAT, [], [0.0]),

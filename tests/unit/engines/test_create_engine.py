@@ -182,3 +182,28 @@ def test_detect_cuda_says_why_cuda_is_not_usable_here() -> None:
 
 def test_engine_error_from_the_device_is_an_engine_error_subclass() -> None:
     assert issubclass(EngineLoadError, EngineError)
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "auto"])
+def test_an_onnxruntime_engine_comes_back_warmed_up(tmp_path: Path, backend: str,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    # Without it the first real batch pays for the warm-up: on a GPU provider a cuDNN search of about a second,
+    # during which live cameras drop frames.
+    warmups = []
+    original = OrtEngine.warmup
+    monkeypatch.setattr(OrtEngine, "warmup", lambda self: (warmups.append(self), original(self))[1])
+    with caplog.at_level(logging.INFO, logger="app.engines"):
+        engine, _, _ = _create(tmp_path, backend=backend, import_error=True)
+    try:
+        assert isinstance(engine, OrtEngine) and warmups == [engine]
+        assert any("warmed up in" in r.getMessage() for r in caplog.records)
+        _computes_the_reference(engine)
+    finally:
+        engine.close()
+
+
+def test_a_model_whose_warm_up_run_fails_is_a_load_error_naming_the_model(tmp_path: Path) -> None:
+    spec = make_model(tmp_path / "always-fails.onnx", None, fragile=True, fail_at=0.0)
+    with pytest.raises(EngineLoadError, match=r"warm-up run on .*always-fails\.onnx failed"):
+        create_engine(spec, EngineConfig(backend="onnxruntime", max_batch=4))
