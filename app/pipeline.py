@@ -158,7 +158,7 @@ class Pipeline:
         t_bound = time.monotonic()
         spec = self._engine.spec if self._engine else load_spec(cfg, self._models_dir, self._cache_dir)
         if self._engine is None:
-            self._engine = create_engine(spec, cfg.engine)  # warms up, and falls back with one log line
+            self._engine = create_engine(spec, cfg.engine)  # warmed up; falls back with one log line
         engine = self._engine
         _return_freed_memory()
         self.metrics.engine.info({"backend": engine.backend, "model": spec.name, "sha256": spec.sha256[:16]})
