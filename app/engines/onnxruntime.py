@@ -120,9 +120,9 @@ class OrtEngine(Engine):
         symbolic_hw = not all(isinstance(d, int) and d > 0 for d in model_input.shape[2:])
         self.accepts_dynamic_hw = spec.dynamic_hw and symbolic_hw and self.provider in DYNAMIC_HW_PROVIDERS
         self._max_batch = config.max_batch
+        self._one_shape = self.provider != CPU  # a GPU provider pads every batch to max_batch (module docstring)
         if self.static_batch is None:
-            # GPU providers pad every batch to max_batch, so that the shape never changes (module docstring)
-            self.batch_sizes = dynamic_batch_sizes(config.max_batch) if self.provider == CPU else (config.max_batch,)
+            self.batch_sizes = (config.max_batch,) if self._one_shape else dynamic_batch_sizes(config.max_batch)
             rows = config.max_batch
         else:
             self.batch_sizes = (self.static_batch,)
@@ -253,8 +253,7 @@ class OrtEngine(Engine):
             np.copyto(rows[i], frame, casting="same_kind")
         bindings = entry.bindings[s]
         if self.static_batch is None:
-            # A GPU provider runs max_batch rows (module docstring): rows past n hold earlier frames, never read.
-            size = n if self.provider == CPU else self._max_batch
+            size = self._max_batch if self._one_shape else n  # padding rows hold earlier frames, never read
             runs = [(size, 0, size)]
         else:
             b = self.static_batch
