@@ -80,8 +80,10 @@ def test_a_busy_frontend_port_is_a_publish_error_naming_it(endpoints):
 def test_the_proxy_process_exits_cleanly_on_sigterm_and_sigint(signum, endpoints):
     frontend, backend = endpoints
     code = f"from app.publish.proxy import run_proxy; run_proxy({frontend!r}, {backend!r}); print('stopped')"
+    # the repo goes first on the path, in front of (not instead of) any PYTHONPATH the caller set
+    python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     process = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               env={**os.environ, "PYTHONPATH": str(REPO)})
+                               env={**os.environ, "PYTHONPATH": python_path})
     try:
         deadline = time.monotonic() + 15
         with zmq.Context() as ctx, ctx.socket(zmq.SUB) as probe:  # wait until the backend is bound
