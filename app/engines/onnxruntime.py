@@ -66,7 +66,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 CPU = "CPUExecutionProvider"
-DYNAMIC_HW_PROVIDERS = frozenset({CPU})  # a GPU provider runs one shape (module docstring)
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
 
 
@@ -118,9 +117,9 @@ class OrtEngine(Engine):
         declared = model_input.shape[0]
         self.static_batch: int | None = declared if isinstance(declared, int) and declared > 0 else None
         symbolic_hw = not all(isinstance(d, int) and d > 0 for d in model_input.shape[2:])
-        self.accepts_dynamic_hw = spec.dynamic_hw and symbolic_hw and self.provider in DYNAMIC_HW_PROVIDERS
+        self._one_shape = self.provider != CPU  # a GPU provider runs one padded, nominal shape (module docstring)
+        self.accepts_dynamic_hw = spec.dynamic_hw and symbolic_hw and not self._one_shape
         self._max_batch = config.max_batch
-        self._one_shape = self.provider != CPU  # a GPU provider pads every batch to max_batch (module docstring)
         if self.static_batch is None:
             self.batch_sizes = (config.max_batch,) if self._one_shape else dynamic_batch_sizes(config.max_batch)
             rows = config.max_batch
