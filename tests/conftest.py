@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -17,6 +18,14 @@ import pytest
 import zmq
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script(name: str):
+    """``scripts/NAME.py`` as a module (the scripts are not a package), to test its functions directly."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def free_port() -> int:

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "decode_cost.py"
+from tests.conftest import load_script
 
 
 @pytest.fixture(scope="module")
 def decode_cost():
-    spec = importlib.util.spec_from_file_location("decode_cost", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("decode_cost")
 
 
 def test_each_step_adds_its_work(decode_cost, bikes: Path) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "scripts" / "gen_config_docs.py"
@@ -15,10 +16,7 @@ SCRIPT = ROOT / "scripts" / "gen_config_docs.py"
 
 @pytest.fixture(scope="module")
 def gen():
-    spec = importlib.util.spec_from_file_location("gen_config_docs", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("gen_config_docs")
 
 
 def test_the_committed_configuration_doc_is_up_to_date(gen):
