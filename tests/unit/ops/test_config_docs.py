@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import load_script
+from tests.conftest import ROOT, load_script
 
-ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "scripts" / "gen_config_docs.py"
 
 
