@@ -14,7 +14,7 @@ socket in this process receives what it publishes):
 
 Usage::
 
-    python scripts/profile_pipeline.py [--clip vtest|bikes|PATH] [--frames N] [--rate 100] [--out DIR]
+    python lab/profile_pipeline.py [--clip vtest|bikes|PATH] [--frames N] [--rate 100] [--out DIR]
                                        [-- EXTRA detstream run ARGS, e.g. --max-batch 4]
 
 Needs ``py-spy`` (``pip install py-spy``) and permission to trace a child process.
@@ -33,12 +33,59 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
+
+import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.bench.clips import clip_label, head_copy, resolve_clip
-from app.bench.common import REPO_ROOT, RawSubscriber, free_port
+from app.bench.worker import free_port
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(slots=True)
+class Received:
+    """One message as it arrived: ``t_recv`` is this process's ``time.monotonic()``."""
+
+    t_recv: float
+    topic: bytes
+
+
+class RawSubscriber:
+    """A plain SUB socket on thread ``profile.sub`` that records arrival times, parsing nothing."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.messages: list[Received] = []
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="profile.sub", daemon=True)
+
+    def start(self) -> RawSubscriber:
+        self._thread.start()
+        self._ready.wait(5)
+        return self
+
+    def _run(self) -> None:
+        with zmq.Context() as ctx, ctx.socket(zmq.SUB) as sub:
+            sub.linger = 0
+            sub.rcvhwm = 0
+            sub.subscribe(b"")
+            sub.connect(self.endpoint)
+            self._ready.set()
+            while not self._stop.is_set():
+                if sub.poll(50, zmq.POLLIN):
+                    topic, _payload = sub.recv_multipart()
+                    self.messages.append(Received(time.monotonic(), topic))
+
+    def stop(self, settle_s: float = 0.3) -> list[Received]:
+        time.sleep(settle_s)
+        self._stop.set()
+        self._thread.join(5)
+        return self.messages
 
 # (category, function regex, source-line regex), tried from the innermost frame outwards; the first rule whose
 # function name ("[Class.]name") and source line (read from the file, so edits elsewhere do not shift it) match wins.
