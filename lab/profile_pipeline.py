@@ -33,59 +33,14 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass
 from pathlib import Path
-
-import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.bench.clips import clip_label, head_copy, resolve_clip
-from app.bench.worker import free_port
+from app.bench.worker import Listener, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-@dataclass(slots=True)
-class Received:
-    """One message as it arrived: ``t_recv`` is this process's ``time.monotonic()``."""
-
-    t_recv: float
-    topic: bytes
-
-
-class RawSubscriber:
-    """A plain SUB socket on thread ``profile.sub`` that records arrival times, parsing nothing."""
-
-    def __init__(self, endpoint: str) -> None:
-        self.endpoint = endpoint
-        self.messages: list[Received] = []
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="profile.sub", daemon=True)
-
-    def start(self) -> RawSubscriber:
-        self._thread.start()
-        self._ready.wait(5)
-        return self
-
-    def _run(self) -> None:
-        with zmq.Context() as ctx, ctx.socket(zmq.SUB) as sub:
-            sub.linger = 0
-            sub.rcvhwm = 0
-            sub.subscribe(b"")
-            sub.connect(self.endpoint)
-            self._ready.set()
-            while not self._stop.is_set():
-                if sub.poll(50, zmq.POLLIN):
-                    topic, _payload = sub.recv_multipart()
-                    self.messages.append(Received(time.monotonic(), topic))
-
-    def stop(self, settle_s: float = 0.3) -> list[Received]:
-        time.sleep(settle_s)
-        self._stop.set()
-        self._thread.join(5)
-        return self.messages
 
 # (category, function regex, source-line regex), tried from the innermost frame outwards; the first rule whose
 # function name ("[Class.]name") and source line (read from the file, so edits elsewhere do not shift it) match wins.
@@ -243,7 +198,7 @@ def main(argv: list[str]) -> int:
               "--publish", endpoint, "--no-progress", *extra]
     command = [find_py_spy(), "record", "--threads", "--idle", "--rate", str(opts.rate), "--format", "raw",
                "-o", str(raw), "--", *worker]
-    subscriber = RawSubscriber(endpoint).start()
+    subscriber = Listener(endpoint)
     started = time.monotonic()
     proc = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     cpu = ThreadCpu(proc.pid).start()
@@ -254,13 +209,14 @@ def main(argv: list[str]) -> int:
         _, err = proc.communicate()
     cpu.stop()
     wall = time.monotonic() - started
-    messages = subscriber.stop()
-    dets = [m for m in messages if m.topic.startswith(b"det/")]
+    subscriber.stop()
+    dets = subscriber.detections
     if proc.returncode != 0 or not raw.exists():
         print(err[-3000:], file=sys.stderr)
         return 1
     names, per_thread, leaves = parse_raw(raw)
-    fps = (len(dets) - 1) / (dets[-1].t_recv - dets[0].t_recv) if len(dets) > 1 else 0.0
+    span = dets[-1].published_at - dets[0].published_at if len(dets) > 1 else 0.0
+    fps = (len(dets) - 1) / span if span > 0 else 0.0
     report = summary(names, per_thread, leaves, cpu, opts.rate)
     report.update({"clip": str(clip), "frames_published": len(dets), "fps_at_subscriber": round(fps, 2),
                    "wall_s": round(wall, 1), "worker": " ".join(worker[2:]), "raw": str(raw)})

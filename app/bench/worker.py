@@ -50,7 +50,7 @@ def memory_kb(pid: int) -> dict[str, int]:
     return found
 
 
-class _Listener:
+class Listener:
     """The worker's messages, received on thread ``bench.sub`` until :meth:`stop`."""
 
     def __init__(self, endpoint: str) -> None:
@@ -80,7 +80,7 @@ class _Listener:
 class _RssSampler:
     """Largest ``VmRSS`` since the first message, and the last ``VmHWM`` seen, on thread ``bench.rss``."""
 
-    def __init__(self, pid: int, listener: _Listener) -> None:
+    def __init__(self, pid: int, listener: Listener) -> None:
         self.pid, self.listener = pid, listener
         self.hwm_kb = self.running_kb = 0
         self._stop = threading.Event()
@@ -128,7 +128,7 @@ class WorkerRun:
 def run_worker(args: list[str], endpoint: str, timeout_s: float) -> WorkerRun:
     """Start the listener, then ``detstream run ARGS``; wait for it (bounded), end it for good if it overruns."""
     argv = [sys.executable, "-m", "app", "--log-level", "WARNING", "run", *args]
-    listener = _Listener(endpoint)
+    listener = Listener(endpoint)
     timed_out = False
     with tempfile.TemporaryFile(mode="w+") as log:
         started = time.monotonic()
