@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
 
@@ -96,3 +97,17 @@ def test_memory_reports_resident_memory_at_both_camera_counts(quick):
         assert 50 < spread.median < 4000  # MB: a real process, not bytes or GB
     assert memory.peak_rss_mb_high.median >= memory.running_rss_mb_high.median
     assert memory.rss_per_camera_mb is not None
+
+
+def test_int8_makes_the_model_beside_the_fp32_one_and_runs_it_too(tmp_path, default_model, vtest):
+    model = tmp_path / "yolov3-tiny.onnx"
+    shutil.copyfile(default_model, model)
+    out = tmp_path / "int8.json"
+    proc = detstream("bench", "--quick", "--int8", "--only", "model", "--model", str(model), "--json", str(out),
+                     timeout_s=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (tmp_path / "yolov3-tiny-int8.onnx").is_file()
+    result = BenchResult.model_validate_json(out.read_text())
+    assert [m.precision for m in result.models] == ["fp32", "int8"]
+    assert [(m.precision, m.clip) for m in result.model_only] == [("fp32", "vtest"), ("int8", "vtest")]
+    assert all(_positive(m.best_fps.median) for m in result.model_only)
