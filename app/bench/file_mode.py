@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.bench.results import FileMode, Spread
+from app.bench.results import FileMode, Precision, Spread
 from app.bench.worker import free_port, run_worker
 from app.subscribe import DetectionMessage
 
@@ -72,7 +72,7 @@ def run_file_once(clip: Path, label: str, model_path: Path, backend: str, timeou
                    p99_ms=float(np.percentile(totals, 99)), peak_rss_mb=run.peak_rss_mb)
 
 
-def summarize_file(precision: str, clip: str, runs: list[FileRun], model_only_fps: float | None,
+def summarize_file(precision: Precision, clip: str, runs: list[FileRun], model_only_fps: float | None,
                    naive_fps: float | None) -> FileMode:
     fps = Spread.of([r.fps for r in runs])
     return FileMode(

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from app.bench.results import Live, LiveStep, Memory, Spread
+from app.bench.results import Live, LiveStep, Memory, Precision, Spread
 from app.bench.worker import WorkerRun, free_port, run_worker
 
 logger = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ def summarize_step(k: int, runs: list[LiveRun], settings: LiveSettings) -> LiveS
                     running_rss_mb=Spread.of([r.running_rss_mb for r in runs], 1), passed=passed)
 
 
-def live_search(settings: LiveSettings, ks: list[int], repeats: int, cache: RunCache, precision: str,
+def live_search(settings: LiveSettings, ks: list[int], repeats: int, cache: RunCache, precision: Precision,
                 clip: str) -> Live:
     """K upward (``ks``) until the first K that fails; every run is kept in ``cache``."""
     steps: list[LiveStep] = []
@@ -131,7 +131,7 @@ def live_search(settings: LiveSettings, ks: list[int], repeats: int, cache: RunC
 
 
 def run_memory(settings: LiveSettings, low_k: int, high_k: int, repeats: int, cache: RunCache,
-               precision: str) -> Memory:
+               precision: Precision) -> Memory:
     """Resident memory at ``low_k`` and ``high_k`` cameras, reusing the runs the search already made."""
     for k in (low_k, high_k):
         for _ in range(max(0, repeats - len(cache.get(k, [])))):

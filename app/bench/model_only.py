@@ -21,7 +21,7 @@ from collections import deque
 import av
 import numpy as np
 
-from app.bench.results import BatchRate, ModelOnly, Spread
+from app.bench.results import BatchRate, ModelOnly, Precision, Spread
 from app.config import DetstreamConfig
 from app.engines.base import Engine, InferenceHandle
 from app.preprocess import fit_input_size, letterbox_into
@@ -71,7 +71,7 @@ def measure_round(engine: Engine, frames: list[np.ndarray], sizes: list[int],
     return {size: _timed_run(engine, frames, size, seconds) for size in sizes}
 
 
-def summarize(rounds: list[dict[int, tuple[float, float]]], precision: str, clip: str,
+def summarize(rounds: list[dict[int, tuple[float, float]]], precision: Precision, clip: str,
               engine: Engine, frames: list[np.ndarray]) -> ModelOnly:
     batches = {size: BatchRate(fps=Spread.of([r[size][0] for r in rounds]),
                                ms_per_batch=Spread.of([r[size][1] for r in rounds]))

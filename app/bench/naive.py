@@ -1,4 +1,4 @@
-"""Benchmark 2, the naive loop: the program a tutorial teaches, one frame at a time.
+"""The naive-loop reference: the program a tutorial teaches, one frame at a time.
 
 ``cv2.VideoCapture`` → letterbox → ``session.run`` → threshold → ``cv2.dnn.NMSBoxes``
 → boxes back to frame pixels. A plain ``onnxruntime.InferenceSession`` with

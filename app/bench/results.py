@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict
 
 SCHEMA = "detstream.bench/2"
 
+Precision = Literal["fp32", "int8"]
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -52,7 +54,7 @@ class Machine(_Model):
 class ModelInfo(_Model):
     name: str
     path: str
-    precision: Literal["fp32", "int8"]
+    precision: Precision
     input_hw: tuple[int, int]
     layout: str
 
@@ -65,7 +67,7 @@ class BatchRate(_Model):
 class ModelOnly(_Model):
     """The engine alone on frames already letterboxed in memory: the most the pipeline could reach."""
 
-    precision: str
+    precision: Precision
     clip: str
     engine: str
     input_hw: tuple[int, int]
@@ -86,7 +88,7 @@ class Naive(_Model):
 class FileMode(_Model):
     """``detstream run --source CLIP`` end to end, counted at a subscriber."""
 
-    precision: str
+    precision: Precision
     clip: str
     command: str
     engine: str
@@ -121,7 +123,7 @@ class LiveStep(_Model):
 class Live(_Model):
     """The capacity search: K upward until a K fails; ``max_cameras`` is the largest K that passed below it."""
 
-    precision: str
+    precision: Precision
     clip: str
     engine: str
     fps_per_camera: float
@@ -134,7 +136,7 @@ class Live(_Model):
 class Memory(_Model):
     """Resident memory of the worker with few and with many cameras, and the cost of one more camera."""
 
-    precision: str
+    precision: Precision
     low_k: int
     high_k: int
     peak_rss_mb_low: Spread

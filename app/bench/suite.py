@@ -21,7 +21,7 @@ from app.bench.file_mode import FileRun, run_file_once, summarize_file
 from app.bench.live_mode import LiveSettings, RunCache, live_search, run_memory
 from app.bench.model_only import accepted_sizes, load_frames, measure_round, summarize
 from app.bench.naive import NaiveRun, naive_loop, naive_providers, summarize_naive
-from app.bench.results import BenchResult, ModelInfo
+from app.bench.results import BenchResult, ModelInfo, Precision
 from app.config import DetstreamConfig, parse_config
 from app.engines import create_engine
 from app.pipeline import load_spec
@@ -59,7 +59,7 @@ class Plan:
 class Variant:
     """One precision of the model: its file, its spec and the config ``detstream run`` would load for it."""
 
-    precision: str
+    precision: Precision
     path: Path
     spec: ModelSpec
     config: DetstreamConfig
@@ -73,7 +73,7 @@ def run_suite(plan: Plan, result: BenchResult) -> BenchResult:
     clips = {name: clip_tools.resolve_clip(name) for name in plan.clips}
     variants: list[Variant] = []
     _section(result, "setup", lambda: variants.extend(_variants(plan, clips)))
-    result.models = [ModelInfo(name=v.spec.name, path=str(v.path), precision=v.precision,  # type: ignore[arg-type]
+    result.models = [ModelInfo(name=v.spec.name, path=str(v.path), precision=v.precision,
                                input_hw=(v.spec.input_height, v.spec.input_width), layout=v.spec.layout)
                      for v in variants]
     naive: dict[str, float | None] = {}  # clip label → the naive loop's fps, for the file-mode ratio
