@@ -63,13 +63,11 @@ class LiveRun:
     running_rss_mb: float
 
 
-def write_config(settings: LiveSettings, k: int, endpoint: str, path: Path) -> Path:
+def write_config(settings: LiveSettings, k: int, path: Path) -> Path:
+    """The cameras as a config file (only sources; the rest is on the command line, as an operator writes it)."""
     sources = [{"id": f"cam{i:02d}", "url": str(clip), "mode": "live", "realtime": True, "loop": True,
                 "max_fps": settings.fps} for i, clip in enumerate(settings.cameras(k))]
-    tree = {"sources": sources, "model": {"path": str(settings.model_path)},
-            "engine": {"backend": settings.backend}, "publish": {"endpoint": endpoint},
-            "duration_s": settings.duration_s}
-    path.write_text(yaml.safe_dump(tree, sort_keys=False))
+    path.write_text(yaml.safe_dump({"sources": sources}, sort_keys=False))
     return path
 
 
@@ -77,8 +75,10 @@ def run_live_once(settings: LiveSettings, k: int) -> LiveRun:
     logger.info("bench: live, %d camera(s) for %g s", k, settings.duration_s)
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     with tempfile.TemporaryDirectory(prefix="detstream-bench-") as tmp:
-        config = write_config(settings, k, endpoint, Path(tmp) / "live.yaml")
-        run = run_worker([str(config), "--no-progress"], endpoint, settings.duration_s + 60)
+        config = write_config(settings, k, Path(tmp) / "live.yaml")
+        args = [str(config), "--no-progress", "--publish", endpoint, "--model", str(settings.model_path),
+                "--engine", settings.backend, "--duration", f"{settings.duration_s:g}"]
+        run = run_worker(args, endpoint, settings.duration_s + 60)
     return analyse_live_run(run, k, settings.warmup_s)
 
 

@@ -70,9 +70,14 @@ class Variant:
 
 def run_suite(plan: Plan, result: BenchResult) -> BenchResult:
     started = time.monotonic()
-    clips = {name: clip_tools.resolve_clip(name) for name in plan.clips}
+    clips: dict[str, Path] = {}
     variants: list[Variant] = []
-    _section(result, "setup", lambda: variants.extend(_variants(plan, clips)))
+
+    def setup() -> None:
+        clips.update({name: clip_tools.resolve_clip(name) for name in plan.clips})
+        variants.extend(_variants(plan, clips))
+
+    _section(result, "setup", setup)
     result.models = [ModelInfo(name=v.spec.name, path=str(v.path), precision=v.precision,
                                input_hw=(v.spec.input_height, v.spec.input_width), layout=v.spec.layout)
                      for v in variants]
