@@ -81,7 +81,6 @@ def make_plan(opts: argparse.Namespace):
         model_seconds=0.5 if quick else opts.model_seconds,
         frames_in_memory=16 if quick else 64,
         cameras=cameras,
-        memory_ks=(cameras[0], max(cameras[-1], cameras[0] + 1)) if quick else (1, 8),
         live_duration_s=2.5 if quick else opts.duration,
         camera_fps=opts.camera_fps,
         p99_bound_ms=opts.p99_ms,

@@ -48,7 +48,6 @@ class Plan:
     model_seconds: float
     frames_in_memory: int
     cameras: list[int]
-    memory_ks: tuple[int, int]
     live_duration_s: float
     camera_fps: float
     p99_bound_ms: float
@@ -100,11 +99,18 @@ def _run_variant(plan: Plan, clips: dict[str, Path], v: Variant, naive: dict[str
         ("live", f"live.{v.precision}", lambda: result.live.append(
             live_search(_live_settings(plan, clips, v), plan.cameras, plan.repeats, v.live_runs, v.precision, label))),
         ("memory", f"memory.{v.precision}", lambda: result.memory.append(
-            run_memory(_live_settings(plan, clips, v), *plan.memory_ks, plan.repeats, v.live_runs, v.precision))),
+            run_memory(_live_settings(plan, clips, v), *memory_ks(plan, v), plan.repeats, v.live_runs, v.precision))),
     ]
     for key, name, fn in sections:
         if key in plan.sections and (key != "naive" or v.precision == "fp32"):
             _section(result, name, fn)
+
+
+def memory_ks(plan: Plan, v: Variant) -> tuple[int, int]:
+    """The fewest cameras asked for, and the most the live search ran (else asked for): no extra runs if it ran."""
+    low = plan.cameras[0]
+    high = max(v.live_runs, default=plan.cameras[-1])
+    return low, max(high, low + 1)
 
 
 def _section(result: BenchResult, name: str, fn: Callable[[], object]) -> None:

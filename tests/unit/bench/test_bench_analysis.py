@@ -13,6 +13,7 @@ from app.bench import live_mode as live
 from app.bench.file_mode import first_burst, throughput
 from app.bench.report import capacity_lines, rows
 from app.bench.results import BenchResult, Live, Machine, Spread
+from app.bench.suite import Variant, memory_ks
 from app.bench.worker import WorkerRun, memory_kb
 from app.subscribe import DetectionMessage, Latency, StatusMessage
 
@@ -115,9 +116,18 @@ def _opts(*args: str) -> argparse.Namespace:
 
 def test_quick_makes_a_short_plan_whatever_else_was_asked():
     plan = make_plan(_opts("--quick", "--cameras", "4,8", "--repeat", "5"))
-    assert (plan.repeats, plan.max_frames, plan.cameras, plan.memory_ks) == (1, 40, [1, 2], (1, 2))
+    assert (plan.repeats, plan.max_frames, plan.cameras, plan.live_duration_s) == (1, 40, [1, 2], 2.5)
     full = make_plan(_opts("--cameras", "8,2,2", "--clip", "vtest,bikes"))
     assert (full.cameras, full.clips, full.repeats) == ([2, 8], ["vtest", "bikes"], 3)
+
+
+def test_memory_uses_the_largest_k_the_search_ran_else_the_largest_asked_for():
+    plan = make_plan(_opts("--cameras", "2,4,8"))
+    variant = Variant("fp32", Path("m.onnx"), None, None)
+    assert memory_ks(plan, variant) == (2, 8)
+    variant.live_runs.update({2: [_run()], 4: [_run()]})
+    assert memory_ks(plan, variant) == (2, 4)
+    assert memory_ks(make_plan(_opts("--cameras", "1")), Variant("fp32", Path("m.onnx"), None, None)) == (1, 2)
 
 
 @pytest.mark.parametrize("args", [("--only", "model,gpu"), ("--cameras", "0,2"), ("--clip", ",")])
