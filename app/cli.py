@@ -1,4 +1,4 @@
-"""Command-line interface (CONTRACT.md): parse arguments, then hand off to one module per command.
+"""Command-line interface (docs/contract.md): parse arguments, then hand off to one module per command.
 
 Every fatal error is one line on stderr naming what is wrong, and a non-zero
 exit code: 2 for configuration/model/endpoint problems found before the run,
@@ -16,7 +16,6 @@ from app.errors import DetstreamError
 
 logger = logging.getLogger("detstream")
 
-EXIT_FAILED_SOURCE = 1
 EXIT_CONFIG = 2
 
 
@@ -101,8 +100,8 @@ def _add_tools(sub: argparse._SubParsersAction) -> None:
     check = csub.add_parser("check", help="validate a config and print it resolved, secrets masked")
     check.add_argument("file", type=Path)
 
-    bench = sub.add_parser("bench", help="run the benchmarks of BENCHMARKS.md")
-    bench.add_argument("args", nargs=argparse.REMAINDER, help="passed to scripts/bench.py (see --help there)")
+    bench = sub.add_parser("bench", help="measure how many cameras this machine carries (see BENCHMARKS.md)")
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="bench options (detstream bench --help)")
 
 
 def build_parser() -> argparse.ArgumentParser:

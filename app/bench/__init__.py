@@ -1,16 +1,17 @@
-"""``detstream bench``: the benchmarks of BENCHMARKS.md, in one process tree on one machine.
+"""``detstream bench``: how many cameras of this kind this machine carries, on which backend and precision.
 
 Sections (``--only``): ``model`` (the engine alone on frames in memory, the
-ceiling), ``naive`` (the tutorial loop), ``file`` (``detstream run`` on a
-clip, end to end), ``live`` (K simulated cameras: latency, drops, largest K
-without drops, a 2× overload run), ``memory`` (peak RSS at 1 and 8 streams).
-``--int8`` adds the INT8 model. Prints tables and writes the whole result
-tree as JSON (default ``bench-results/bench-<timestamp>.json``).
+ceiling), ``naive`` (the tutorial loop, the floor), ``file`` (``detstream
+run`` on a clip, end to end), ``live`` (K simulated cameras: the largest K
+with no drops and the p99 within ``--p99-ms``), ``memory`` (resident memory
+with few and many cameras). ``--int8`` runs them again with the INT8 model.
+Prints one table and writes the result as JSON (default
+``bench-results/bench-<timestamp>.json``, see :mod:`app.bench.results`).
 
-Modules: :mod:`.machine`, :mod:`.model_only`, :mod:`.naive`,
-:mod:`.file_mode`, :mod:`.live_mode`, :mod:`.memory`, :mod:`.int8`,
-:mod:`.report`; :mod:`.suite` runs them, :mod:`.common` has the worker
-subprocess and the subscriber, :mod:`.clips` the clips and cameras.
+Modules: :mod:`.model_only`, :mod:`.naive`, :mod:`.file_mode`,
+:mod:`.live_mode` (live and memory), :mod:`.int8`; :mod:`.suite` runs them,
+:mod:`.worker` runs and watches one ``detstream run`` subprocess,
+:mod:`.clips` makes the clips and cameras, :mod:`.report` prints and writes.
 """
 
 from __future__ import annotations
@@ -30,33 +31,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="detstream bench", description=__doc__.split("\n\n")[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
-                   help="CI smoke: 1 repeat, 40 frames, K in {1,2}, short live runs (numbers are not meaningful)")
+                   help="smoke run: 1 repeat, 40 frames, K in {1,2}, short live runs (numbers are not meaningful)")
     p.add_argument("--repeat", type=int, default=3, metavar="N", help="runs per figure; the median is reported")
     p.add_argument("--clip", default="vtest", metavar="vtest|bikes|PATH[,...]",
-                   help="clip(s) for model, naive and file (comma-separated)")
-    p.add_argument("--live-clip", default="vtest", metavar="vtest|bikes|PATH", help="clip the cameras replay")
+                   help="clip(s) to measure on, comma-separated; the cameras replay the first")
     p.add_argument("--only", metavar="SECTIONS", help="comma-separated subset of model,naive,file,live,memory")
-    p.add_argument("--int8", action="store_true", help="also benchmark the INT8 model (made if missing)")
+    p.add_argument("--int8", action="store_true", help="also run the INT8 model (made beside the fp32 one if missing)")
     p.add_argument("--json", type=Path, metavar="PATH", help="default bench-results/bench-<timestamp>.json")
     p.add_argument("--model", default="yolov3-tiny", metavar="NAME_OR_PATH")
     p.add_argument("--models-dir", type=Path, default=Path("models"))
     p.add_argument("--engine", default="auto", choices=["auto", "tensorrt", "onnxruntime"])
     p.add_argument("--frames", type=int, metavar="N", help="use only the first N frames of each clip")
     p.add_argument("--model-seconds", type=float, default=4.0, metavar="S", help="length of one model-only run")
-    p.add_argument("--cameras", default=DEFAULT_CAMERAS, metavar="K,K,...", help="live search steps")
+    p.add_argument("--cameras", default=DEFAULT_CAMERAS, metavar="K,K,...", help="camera counts the search tries")
     p.add_argument("--duration", type=float, default=15.0, metavar="S", help="length of one live run")
-    p.add_argument("--camera-fps", type=float, default=5.0, metavar="FPS")
-    p.add_argument("--live-phase", default="stagger", choices=["stagger", "sync"],
-                   help="stagger: cameras deliver at independent instants (5 fps copies); "
-                        "sync: every camera replays the clip decimated by max_fps, all in step (worst case)")
-    p.add_argument("--no-overload", action="store_true", help="skip the 2x overload live run")
-    p.add_argument("--overload-k", type=int, metavar="K", help="cameras in the overload run (default: 2x capacity)")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="config override for every run, e.g. engine.max_wait_ms=5 or source.max_staleness_ms=300")
-    p.add_argument("--settle", type=float, default=20.0, metavar="S",
-                   help="before each run, wait up to S seconds for other processes to leave the CPU (0: never)")
-    p.add_argument("--markdown", type=Path, metavar="JSON",
-                   help="print the Markdown tables of an earlier result (for BENCHMARKS.md) and exit")
+    p.add_argument("--camera-fps", type=float, default=5.0, metavar="FPS", help="frame rate of each camera")
+    p.add_argument("--p99-ms", type=float, default=150.0, metavar="MS",
+                   help="latency bound of the capacity search (capture to publish, p99)")
     p.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "detstream" / "bench",
                    help="shortened clips and camera copies (pruned to 2 GiB, least recently used first)")
     return p
@@ -64,38 +55,36 @@ def build_parser() -> argparse.ArgumentParser:
 
 def make_plan(opts: argparse.Namespace):
     from app.bench.suite import SECTIONS, Plan
-    from app.bench.workers import parse_overrides
 
     sections = [s.strip() for s in opts.only.split(",")] if opts.only else list(SECTIONS)
     unknown = [s for s in sections if s not in SECTIONS]
     if unknown:
         raise ValueError(f"--only: unknown section(s) {unknown} (use {','.join(SECTIONS)})")
+    clips = [c.strip() for c in opts.clip.split(",") if c.strip()]
+    if not clips:
+        raise ValueError("--clip: name at least one clip")
     cameras = sorted({int(k) for k in opts.cameras.split(",") if k.strip()})
+    if not cameras or cameras[0] < 1:
+        raise ValueError("--cameras: camera counts are whole numbers >= 1")
     quick = opts.quick
+    cameras = [1, 2] if quick else cameras
     return Plan(
         quick=quick,
         sections=sections,
-        clips=[c.strip() for c in opts.clip.split(",") if c.strip()],
-        live_clip=opts.live_clip,
+        clips=clips,
         model=opts.model,
         models_dir=opts.models_dir,
         backend=opts.engine,
+        int8=opts.int8,
         repeats=1 if quick else max(1, opts.repeat),
         max_frames=40 if quick else opts.frames,
         model_seconds=0.5 if quick else opts.model_seconds,
         frames_in_memory=16 if quick else 64,
-        cameras=[1, 2] if quick else cameras,
-        target_k=2 if quick else 8,
-        memory_ks=(1, 2) if quick else (1, 8),
+        cameras=cameras,
         live_duration_s=2.5 if quick else opts.duration,
-        live_fps=opts.camera_fps,
-        live_phase=opts.live_phase,
-        overload=not opts.no_overload,
-        overload_k=opts.overload_k,
-        int8=opts.int8,
-        settle_s=0.0 if quick else opts.settle,
+        camera_fps=opts.camera_fps,
+        p99_bound_ms=opts.p99_ms,
         cache_dir=opts.cache_dir.expanduser(),
-        overrides=parse_overrides(opts.set),
     )
 
 
@@ -105,41 +94,33 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 def bench_command(args: list[str]) -> int:
     """Parse ``args`` (what follows ``detstream bench``), run, print, write JSON; 0 when every section ran."""
-    from app.bench.report import print_report, targets, write_json
-    from app.bench.suite import new_results, ratios, run_suite
+    from app.bench.machine import machine_info
+    from app.bench.report import print_report, write_json
+    from app.bench.results import BenchResult
+    from app.bench.suite import run_suite
 
-    if args and args[0] == "--":
-        args = args[1:]
-    opts = build_parser().parse_args(args)
-    if opts.markdown:
-        import json
-
-        from app.bench.report import markdown
-
-        print(markdown(json.loads(opts.markdown.read_text())), end="")
-        return 0
+    parser = build_parser()
+    opts = parser.parse_args(args)
     try:
         plan = make_plan(opts)
     except ValueError as error:
-        build_parser().error(str(error))
-    results = new_results(plan)
+        parser.error(str(error))
+    result = BenchResult(started_at=round(time.time(), 3), quick=plan.quick, machine=machine_info())
     previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM unwinds like Ctrl-C: workers are ended
     try:
-        run_suite(plan, results)
+        run_suite(plan, result)
     except KeyboardInterrupt as stop:
         logger.warning("bench interrupted (%s): writing what was measured", stop)
-        results["interrupted"] = str(stop) or "interrupted"
-        results["ratios"] = ratios(results)
+        result.interrupted = str(stop) or "interrupted"
     finally:
         signal.signal(signal.SIGTERM, previous)
-    results["targets"] = targets(results)
     path = opts.json or Path("bench-results") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    print_report(results)
-    write_json(results, path)
+    print_report(result)
+    write_json(result, path)
     print(f"results: {path}")
-    if "interrupted" in results:
+    if result.interrupted:
         return 130
-    return 1 if results["errors"] else 0
+    return 1 if result.errors else 0
 
 
 __all__ = ["bench_command", "build_parser"]

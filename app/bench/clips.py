@@ -1,11 +1,12 @@
-"""Clips for the benchmarks: the named test clips, shortened copies, and simulated cameras.
+"""Clips for the bench: the named test clips, shortened copies, and simulated cameras.
 
 Copies are made once with PyAV into a cache folder and reused (the name says
 what they are made of). Remuxing copies packets without decoding them, so a
 shortened clip decodes exactly like the original.
 
-Simulated cameras (``camera_clips``): a 5 fps copy of the clip, encoded once
-with the clip's own codec, then one remux per camera in which
+Simulated cameras (:func:`camera_clips`): a copy of the clip at the cameras'
+frame rate, encoded once with the clip's own codec, then one remux per camera
+in which
 
 * the content starts at a different keyframe (cameras do not all see the
   same frame at the same moment),
@@ -14,16 +15,11 @@ with the clip's own codec, then one remux per camera in which
   length and some), so that no camera loops during a run.
 
 ``detstream run --realtime`` paces each file from its first frame, so camera
-``i`` then delivers its frames ``i / K`` of an interval after camera 0, as
+``i`` delivers its frames ``i / K`` of an interval after camera 0, as
 independent cameras do (their clocks are not in step). The files must not
 loop: a looping file's next pass starts one frame interval after its last
-frame, and its second frame then comes one phase later again, so every pass
-moved camera ``i`` by another ``i / K`` of an interval. Over eight passes of
-eight cameras the phases went through every arrangement, all eight in step
-included (seen in 10-minute runs before 2026-11-24: the p99 of a second rose
-to 165 ms from 557 s on, the eighth pass, with nothing else changed). ``phase="sync"`` uses
-the clip itself, decimated by the pipeline (``max_fps``), so that every camera
-delivers at the same instant: the worst case, reported separately.
+frame, which would move camera ``i`` by another ``i / K`` of an interval on
+every pass until all cameras deliver in step.
 """
 
 from __future__ import annotations
@@ -101,17 +97,6 @@ def head_copy(clip: Path, frames: int, cache_dir: Path) -> Path:
     partial.rename(out_path)
     prune_cache(cache_dir, [out_path])
     return out_path
-
-
-def count_frames(clip: Path, limit: int | None = None) -> int:
-    """Frames PyAV decodes from ``clip`` (at most ``limit``)."""
-    decoded = 0
-    with av.open(str(clip)) as container:
-        for _ in container.decode(video=0):
-            decoded += 1
-            if limit is not None and decoded >= limit:
-                break
-    return decoded
 
 
 def _encode_at_fps(clip: Path, fps: int, max_frames: int | None, cache_dir: Path) -> Path:

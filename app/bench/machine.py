@@ -1,4 +1,4 @@
-"""The machine a benchmark ran on: CPU, cores, memory, library versions, providers, load, commit."""
+"""The machine a benchmark ran on: CPU, memory, library versions, providers, commit."""
 
 from __future__ import annotations
 
@@ -7,37 +7,26 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
-import psutil
+from app.bench.results import Machine
+from app.bench.worker import REPO_ROOT
 
-from app.bench.common import REPO_ROOT
+SIMD_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
+"""The CPU flags that decide ONNX Runtime's kernels (and whether INT8 pays)."""
 
 
-def cpu_model() -> str:
+def _cpuinfo(key: str) -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith(key):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
-
-
-def cpu_flags() -> list[str]:
-    """The SIMD flags that decide ONNX Runtime's kernels (AVX2, AVX-512, VNNI)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
-                return [f for f in wanted if f in flags]
-    except OSError:
-        pass
-    return []
+    return ""
 
 
 def git_commit() -> str:
+    """``abc1234`` (``+dirty`` with uncommitted changes to tracked files), or ``unknown`` outside a checkout."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
                               timeout=5).stdout.strip()
@@ -48,28 +37,19 @@ def git_commit() -> str:
     return f"{head}{'+dirty' if dirty else ''}" if head else "unknown"
 
 
-def machine_info() -> dict[str, Any]:
-    import av
-    import cv2
-    import numpy as np
+def machine_info() -> Machine:
     import onnxruntime as ort
 
-    from app.engines.onnxruntime import physical_cores
-
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
-    return {
-        "cpu": cpu_model(),
-        "cpu_flags": cpu_flags(),
-        "logical_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "physical_cores": physical_cores(),
-        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-        "os": f"{platform.system()} {platform.release()}",
-        "python": sys.version.split()[0],
-        "onnxruntime": ort.__version__,
-        "providers": ort.get_available_providers(),
-        "numpy": np.__version__,
-        "opencv": cv2.__version__,
-        "pyav": av.__version__,
-        "load_avg_at_start": [round(x, 2) for x in load],
-        "commit": git_commit(),
-    }
+    flags = set(_cpuinfo("flags").split())
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return Machine(
+        cpu=_cpuinfo("model name") or platform.processor() or platform.machine(),
+        cpu_flags=[f for f in SIMD_FLAGS if f in flags],
+        logical_cpus=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+        memory_gb=round(memory / 2**30, 1),
+        os=f"{platform.system()} {platform.release()}",
+        python=sys.version.split()[0],
+        onnxruntime=ort.__version__,
+        providers=ort.get_available_providers(),
+        commit=git_commit(),
+    )

@@ -1,4 +1,4 @@
-"""Benchmark 2, the naive loop: the program a tutorial teaches, one frame at a time.
+"""The naive-loop reference: the program a tutorial teaches, one frame at a time.
 
 ``cv2.VideoCapture`` → letterbox → ``session.run`` → threshold → ``cv2.dnn.NMSBoxes``
 → boxes back to frame pixels. A plain ``onnxruntime.InferenceSession`` with
@@ -10,13 +10,13 @@ something to optimise.
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass
 
 import cv2
 import numpy as np
 import onnxruntime as ort
 
-from app.bench.common import Background
+from app.bench.results import Naive, Spread
 
 
 def letterbox(image: np.ndarray, size: tuple[int, int], color=(114, 114, 114)):
@@ -55,20 +55,17 @@ def detect(session, input_name, frame, size, conf_threshold, iou_threshold):
 
 
 def naive_loop(clip: str, model_path: str, providers: list[str], conf_threshold: float, iou_threshold: float,
-               max_frames: int | None = None, input_size: tuple[int, int] = (416, 416)) -> dict[str, Any]:
+               max_frames: int | None = None, input_size: tuple[int, int] = (416, 416)) -> NaiveRun:
     """Run the tutorial loop over ``clip``; fps counts the loop only (opening the capture included).
 
     The input size is the model's own when its file fixes it, else ``input_size`` (height, width): a
     tutorial hardcodes the size the model was trained at (416x416 for yolov3-tiny).
     """
-    t_load = time.perf_counter()
     session = ort.InferenceSession(model_path, providers=providers)
-    load_s = time.perf_counter() - t_load
     model_input = session.get_inputs()[0]
     declared = model_input.shape[2:4]
     size = tuple(declared) if all(isinstance(d, int) and d > 0 for d in declared) else tuple(input_size)
 
-    background = Background()
     started = time.perf_counter()
     cap = cv2.VideoCapture(clip)
     frames = detections = 0
@@ -82,5 +79,22 @@ def naive_loop(clip: str, model_path: str, providers: list[str], conf_threshold:
     elapsed = time.perf_counter() - started
     if frames == 0:
         raise RuntimeError(f"{clip}: cv2.VideoCapture read no frames")
-    return {"frames": frames, "seconds": round(elapsed, 3), "fps": frames / elapsed, "load_s": round(load_s, 3),
-            "detections_per_frame": round(detections / frames, 2), "background_cores": background.cores()}
+    return NaiveRun(frames, frames / elapsed, detections / frames)
+
+
+@dataclass(frozen=True)
+class NaiveRun:
+    frames: int
+    fps: float
+    detections_per_frame: float
+
+
+def summarize_naive(clip: str, providers: list[str], runs: list[NaiveRun]) -> Naive:
+    return Naive(clip=clip, providers=providers, frames=runs[-1].frames, fps=Spread.of([r.fps for r in runs]))
+
+
+def naive_providers(engine_backend: str) -> list[str]:
+    """The tutorial's providers: the GPU when the pipeline's engine used one, else the CPU."""
+    if any(gpu in engine_backend for gpu in ("CUDA", "Tensorrt", "tensorrt")):
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]

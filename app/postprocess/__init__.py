@@ -3,7 +3,6 @@
 Everything here runs on thread ``detstream.postprocess``.
 """
 
-from app.postprocess.bench import bench_postprocess
 from app.postprocess.nms import batched_nms, nms_numpy, nms_opencv
 from app.postprocess.tracking import StreamTrackers, TrackerSettings
 from app.postprocess.yolo import MIN_SIDE_PX, check_layout, decode_batch
@@ -13,7 +12,6 @@ __all__ = [
     "StreamTrackers",
     "TrackerSettings",
     "batched_nms",
-    "bench_postprocess",
     "check_layout",
     "decode_batch",
     "nms_numpy",

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from app.postprocess.bench import bench_postprocess
 from app.postprocess.tracking import StreamTrackers
 from app.types import Detections
 
@@ -82,8 +80,3 @@ def test_a_box_that_vanishes_briefly_is_found_again_with_the_same_id():
     assert back == ids[-1]
 
 
-@pytest.mark.parametrize("layout", ["yolov5", "yolov8"])
-def test_postprocess_benchmark_of_a_crowded_batch_of_8_stays_well_under_inference_time(layout):
-    result = bench_postprocess(layout=layout, batch=8, candidates_per_frame=2000, repeats=5)
-    assert result["detections_per_frame"] > 10
-    assert result["median_ms"] < 100.0, result

@@ -1,13 +1,16 @@
 """A micro-benchmark of :func:`decode_batch` on synthetic but realistic model outputs.
 
-Called by ``scripts/`` and ``detstream bench``; it touches no model file and
-no engine. The synthetic batch has ``candidates_per_frame`` boxes above the
+    python -m lab.postprocess_bench [--layout yolov8] [--batch 8] [--candidates 2000]
+
+It touches no model file and no engine. The synthetic batch has ``candidates_per_frame`` boxes above the
 confidence threshold per frame, clustered around a few dozen objects (so NMS
 has real work: many overlapping boxes per object), and the rest below it.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import time
 from typing import Literal
 
@@ -94,3 +97,20 @@ def bench_postprocess(
         "per_frame_ms": round(median / batch, 3),
         "detections_per_frame": round(found / batch, 1),
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.postprocess_bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--layout", choices=["yolov5", "yolov8"], default="yolov8")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--boxes", type=int, default=8400)
+    parser.add_argument("--candidates", type=int, default=2000, help="boxes above the threshold per frame")
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args(argv)
+    print(json.dumps(bench_postprocess(layout=args.layout, batch=args.batch, boxes=args.boxes,
+                                       candidates_per_frame=args.candidates, repeats=args.repeats)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -14,7 +14,7 @@ socket in this process receives what it publishes):
 
 Usage::
 
-    python scripts/profile_pipeline.py [--clip vtest|bikes|PATH] [--frames N] [--rate 100] [--out DIR]
+    python lab/profile_pipeline.py [--clip vtest|bikes|PATH] [--frames N] [--rate 100] [--out DIR]
                                        [-- EXTRA detstream run ARGS, e.g. --max-batch 4]
 
 Needs ``py-spy`` (``pip install py-spy``) and permission to trace a child process.
@@ -38,7 +38,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.bench.clips import clip_label, head_copy, resolve_clip
-from app.bench.common import REPO_ROOT, RawSubscriber, free_port
+from app.bench.worker import Listener, free_port
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # (category, function regex, source-line regex), tried from the innermost frame outwards; the first rule whose
 # function name ("[Class.]name") and source line (read from the file, so edits elsewhere do not shift it) match wins.
@@ -196,7 +198,7 @@ def main(argv: list[str]) -> int:
               "--publish", endpoint, "--no-progress", *extra]
     command = [find_py_spy(), "record", "--threads", "--idle", "--rate", str(opts.rate), "--format", "raw",
                "-o", str(raw), "--", *worker]
-    subscriber = RawSubscriber(endpoint).start()
+    subscriber = Listener(endpoint)
     started = time.monotonic()
     proc = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     cpu = ThreadCpu(proc.pid).start()
@@ -207,13 +209,14 @@ def main(argv: list[str]) -> int:
         _, err = proc.communicate()
     cpu.stop()
     wall = time.monotonic() - started
-    messages = subscriber.stop()
-    dets = [m for m in messages if m.topic.startswith(b"det/")]
+    subscriber.stop()
+    dets = subscriber.detections
     if proc.returncode != 0 or not raw.exists():
         print(err[-3000:], file=sys.stderr)
         return 1
     names, per_thread, leaves = parse_raw(raw)
-    fps = (len(dets) - 1) / (dets[-1].t_recv - dets[0].t_recv) if len(dets) > 1 else 0.0
+    span = dets[-1].published_at - dets[0].published_at if len(dets) > 1 else 0.0
+    fps = (len(dets) - 1) / span if span > 0 else 0.0
     report = summary(names, per_thread, leaves, cpu, opts.rate)
     report.update({"clip": str(clip), "frames_published": len(dets), "fps_at_subscriber": round(fps, 2),
                    "wall_s": round(wall, 1), "worker": " ".join(worker[2:]), "raw": str(raw)})

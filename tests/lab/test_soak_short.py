@@ -1,4 +1,4 @@
-"""The 60-second soak (scripts/soak.py) as a test: no RSS, fd or thread growth under RTSP restarts."""
+"""The 60-second soak (lab/soak.py) as a test: no RSS, fd or thread growth under RTSP restarts."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def test_a_60_second_soak_with_4_sources_and_rtsp_restarts_does_not_leak(tmp_pat
     if _gst_rtsp_reason:
         pytest.skip(_gst_rtsp_reason)
     out = tmp_path / "soak"
-    result = subprocess.run([sys.executable, "scripts/soak.py", "--duration-s", "60", "--sources", "4",
+    result = subprocess.run([sys.executable, "lab/soak.py", "--duration-s", "60", "--sources", "4",
                              "--interval-s", "5", "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
                             timeout=180, start_new_session=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Soak test: run one ``detstream run`` for a long time under churn and fail if it leaks.
 
-    .venv/bin/python scripts/soak.py --duration-s 1800 --sources 8
-    .venv/bin/python scripts/soak.py --duration-s 60 --sources 4 --interval-s 5     # the CI version
+    .venv/bin/python lab/soak.py --duration-s 1800 --sources 8
+    .venv/bin/python lab/soak.py --duration-s 60 --sources 4 --interval-s 5     # the CI version
 
 What runs: half the sources (rounded up) are RTSP cameras spread over two
 GStreamer RTSP servers (``scripts/rtsp_server.py`` on loopback), the rest are

@@ -1,6 +1,6 @@
 """Measure INT8 against fp32 on this CPU: model-only fps at batch 1 and 4, and detection agreement.
 
-    python -m app.models.quant_eval --clip vtest.avi --variants qdq,qoperator --json out/quant.json
+    python -m lab.quant_eval --clip vtest.avi --variants qdq,qoperator --json out/quant.json
 
 Each variant quantizes the model with its :class:`QuantOptions` (calibrated on
 evenly spaced frames of the clip), then fp32 and INT8 sessions take turns
@@ -10,7 +10,7 @@ F1 is measured on frames halfway between the calibration frames (see
 :mod:`app.models.agreement`). Frames are letterboxed as the pipeline feeds
 the model: for a dynamic-input model (converter v2) at the clip's rectangle,
 416x320 for vtest and 416x192 for bikes. This is a measuring tool for
-docs/models.md, not part of the pipeline.
+docs/models.md, not part of the product (``lab/`` imports ``app``, never the reverse).
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def evaluate(model: Path, clip: Path, variants: list[str], calib_frames: int, he
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.models.quant_eval", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m lab.quant_eval", description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=Path("models/yolov3-tiny.onnx"))
     parser.add_argument("--clip", default="vtest.avi", help="vtest.avi, bikes.mp4 (fetched) or a video path")
     parser.add_argument("--variants", default="default", help=f"comma-separated: {', '.join(VARIANTS)}")
