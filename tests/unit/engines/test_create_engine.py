@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from engine_fakes import FakeTrtRuntime
 from engine_models import make_model, random_frames, reference
+from host_device import HostDevice
 
 from app.config import EngineConfig
 from app.engines import Engine, create_engine, detect_cuda
-from app.engines.host_device import HostDevice
 from app.engines.onnxruntime import OrtEngine
 from app.engines.tensorrt import TensorRTEngine
 from app.errors import EngineError, EngineLoadError
@@ -35,7 +35,7 @@ def _create(tmp_path: Path, *, backend: str = "auto", fail_on: dict | None = Non
             raise EngineLoadError("tensorrt is not installed: No module named 'tensorrt'")
         return runtime
 
-    config = EngineConfig(backend=backend, max_batch=4, contexts=2, cache_dir=str(tmp_path / "cache"))
+    config = EngineConfig(backend=backend, max_batch=4, tensorrt={"contexts": 2, "cache_dir": str(tmp_path / "cache")})
     engine = create_engine(spec, config, device_factory=device_factory, trt_factory=trt_factory)
     return engine, device, runtime
 
