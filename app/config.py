@@ -195,8 +195,12 @@ class EngineConfig(StrictModel):
         "`engine.tensorrt.calib`)")
     ring_slots: int | None = Field(None, ge=2, le=4096,
                                    description="preallocated frame buffers; default from batch and sources")
-    tensorrt: TensorRTConfig = Field(default_factory=TensorRTConfig)
-    onnxruntime: OnnxRuntimeConfig = Field(default_factory=OnnxRuntimeConfig)
+    tensorrt: TensorRTConfig = Field(default_factory=TensorRTConfig, description="TensorRT settings; the flat "
+                                     "`engine.contexts`, `cuda_graphs`, `cache_dir`, `calib` of the previous release "
+                                     "are still read into it, with a warning")
+    onnxruntime: OnnxRuntimeConfig = Field(default_factory=OnnxRuntimeConfig, description="ONNX Runtime settings; "
+                                           "the flat `engine.contexts` (as `workers`) and `intra_op_threads` of the "
+                                           "previous release are still read into it, with a warning")
 
     @model_validator(mode="before")
     @classmethod
