@@ -81,7 +81,7 @@ def _add_tools(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--calib", type=Path, metavar="PATH_TO_FRAMES_OR_VIDEO", help="INT8 calibration footage")
     b.add_argument("--batch", default=(1, 4, 8), type=batch_range, metavar="MIN:OPT:MAX",
                    help="the batch sizes the engine's profiles cover (default: 1:4:8)")
-    b.add_argument("--cache-dir", type=Path, help="default: engine.cache_dir's default, ~/.cache/detstream/engines")
+    b.add_argument("--cache-dir", type=Path, help="default: ~/.cache/detstream/engines")
 
     q = sub.add_parser("quantize", help="make a static INT8 (QDQ) model calibrated on your footage")
     q.add_argument("model", type=Path, help="the fp32 ONNX model, e.g. models/yolov3-tiny.onnx")
@@ -131,12 +131,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return models_command(args)
     if args.command == "build-engine":
-        from app.config import EngineConfig
-        from app.engines import default_cache_dir
-        from app.engines.trt_build import build_engine_main
+        from app.config import TensorRTConfig
+        from app.engines.tensorrt.prebuild import build_engine_main
 
         build_engine_main(args.model, fp16=args.fp16, int8=args.int8, calib=args.calib, batch=args.batch,
-                          cache_dir=args.cache_dir or default_cache_dir(EngineConfig()), progress=True)
+                          cache_dir=args.cache_dir or TensorRTConfig().engine_cache_dir, progress=True)
         return 0
     if args.command == "quantize":
         from app.models.quantize import quantize_model

@@ -9,8 +9,10 @@ Defaults live here and only here; docs/configuration.md is written from them.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
+import warnings
 from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +27,8 @@ from app.redact import redact_url
 NETWORK_SCHEMES = ("rtsp", "rtsps", "http", "https")
 _ID_PATTERN = r"^[A-Za-z0-9_.-]+$"
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+logger = logging.getLogger(__name__)
 
 
 class StrictModel(BaseModel):
@@ -138,22 +142,94 @@ class ModelConfig(StrictModel):
                        "dynamic and the engine accepts it; less padding, less compute")
 
 
-class EngineConfig(StrictModel):
-    """The inference stage: backend choice, batching and TensorRT execution."""
+class TensorRTConfig(StrictModel):
+    """TensorRT: used when `engine.backend` is `auto` or `tensorrt` and TensorRT is usable here."""
 
-    backend: Literal["auto", "tensorrt", "onnxruntime"] = "auto"
+    contexts: int = Field(2, ge=1, le=16, description="execution contexts, each on its own CUDA stream: batches in "
+                          "flight on the GPU at once, so that copies of one overlap compute of another")
+    cuda_graphs: bool = Field(True, description="capture a CUDA graph per batch size and replay it (fewer launches)")
+    cache_dir: str | None = Field(None, description="engine cache (also ONNX Runtime's TensorRT EP cache); default "
+                                  "~/.cache/detstream/engines")
+    calib: str | None = Field(None, description="INT8 calibration video or image folder (`engine.precision: int8`)")
+
+    @property
+    def engine_cache_dir(self) -> Path:
+        """``cache_dir`` with ``~`` expanded, or the default ``~/.cache/detstream/engines``."""
+        return Path(self.cache_dir).expanduser() if self.cache_dir else Path.home() / ".cache" / "detstream" / "engines"
+
+
+class OnnxRuntimeConfig(StrictModel):
+    """ONNX Runtime: `engine.backend: onnxruntime`, and the fallback when TensorRT is not usable."""
+
+    workers: int = Field(2, ge=1, le=16, description="CPU provider: inference worker threads, each running single "
+                         "frames on one shared session at the same time")
+    intra_op_threads: int | None = Field(None, ge=1, le=256, description="intra-op threads per run; default physical "
+                                         "cores // workers on the CPU provider, all physical cores on a GPU one")
+
+
+MOVED_ENGINE_KEYS: dict[str, tuple[str, ...]] = {
+    "contexts": ("tensorrt.contexts", "onnxruntime.workers"),
+    "cuda_graphs": ("tensorrt.cuda_graphs",),
+    "cache_dir": ("tensorrt.cache_dir",),
+    "calib": ("tensorrt.calib",),
+    "intra_op_threads": ("onnxruntime.intra_op_threads",),
+}
+"""Flat ``engine.*`` keys of the previous release and the section keys they now set (accepted with a warning)."""
+
+
+class EngineConfig(StrictModel):
+    """The inference stage: backend choice, batching, and each backend's own settings in its own section.
+
+    The sections are fields side by side rather than a union chosen by ``backend``: ``auto`` and
+    ``tensorrt`` use both (ONNX Runtime is the fallback), and ``--engine`` may switch the backend of a
+    file that configures either section.
+    """
+
+    backend: Literal["auto", "tensorrt", "onnxruntime"] = Field(
+        "auto", description="`auto`: TensorRT when usable, else ONNX Runtime (logged once at WARNING)")
     max_batch: int = Field(8, ge=1, le=256)
     max_wait_ms: float = Field(10.0, ge=0, description="batching window: how long a batch waits for more frames "
                                "after its oldest; unused by ONNX Runtime's CPU workers, which run every frame alone")
-    contexts: int = Field(2, ge=1, le=16, description="TensorRT execution contexts / CUDA streams; on ONNX Runtime's "
-                          "CPU provider, concurrent single-frame inference workers sharing one session")
-    precision: Literal["fp32", "fp16", "int8"] = "fp16"
-    cuda_graphs: bool = True
-    ring_slots: int | None = Field(None, ge=2, description="preallocated frame buffers; default from batch and sources")
-    intra_op_threads: int | None = Field(None, ge=1, description="ONNX Runtime intra-op threads per run; default "
-                                         "physical cores // contexts on the CPU provider, physical cores on a GPU one")
-    cache_dir: str | None = Field(None, description="TensorRT engine cache; default ~/.cache/detstream/engines")
-    calib: str | None = Field(None, description="INT8 calibration video or folder")
+    precision: Literal["fp32", "fp16", "int8"] = Field(
+        "fp16", description="TensorRT precision, and fp16 on ONNX Runtime's TensorRT EP (`int8` needs "
+        "`engine.tensorrt.calib`)")
+    ring_slots: int | None = Field(None, ge=2, le=4096,
+                                   description="preallocated frame buffers; default from batch and sources")
+    tensorrt: TensorRTConfig = Field(default_factory=TensorRTConfig, description="TensorRT settings; the flat "
+                                     "`engine.contexts`, `cuda_graphs`, `cache_dir`, `calib` of the previous release "
+                                     "are still read into it, with a warning")
+    onnxruntime: OnnxRuntimeConfig = Field(default_factory=OnnxRuntimeConfig, description="ONNX Runtime settings; "
+                                           "the flat `engine.contexts` (as `workers`) and `intra_op_threads` of the "
+                                           "previous release are still read into it, with a warning")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, data: Any) -> Any:
+        """Map the flat keys of :data:`MOVED_ENGINE_KEYS` onto their sections, warning once per key."""
+        if not isinstance(data, dict) or not MOVED_ENGINE_KEYS.keys() & data.keys():
+            return data
+        data = dict(data)
+        for old in [key for key in MOVED_ENGINE_KEYS if key in data]:
+            targets = MOVED_ENGINE_KEYS[old]
+            message = f"engine.{old} is deprecated: use " + " and ".join(f"engine.{t}" for t in targets)
+            warnings.warn(message, DeprecationWarning, stacklevel=2)
+            logger.warning("%s", message)
+            value = data.pop(old)
+            for target in targets:
+                section, _, name = target.partition(".")
+                fields = data.get(section) or {}
+                if not isinstance(fields, dict):
+                    continue  # a malformed section is reported by its own validation
+                if name in fields:
+                    raise ValueError(f"engine.{old}: also set as engine.{target}; keep only engine.{target}")
+                data[section] = {**fields, name: value}
+        return data
+
+    @property
+    def in_flight(self) -> int:
+        """Submitted batches that may wait for the postprocess thread: one per TensorRT context or ONNX Runtime
+        worker, whichever backend runs, and at least two."""
+        return max(2, self.tensorrt.contexts, self.onnxruntime.workers)
 
 
 class CurveConfig(StrictModel):

@@ -97,7 +97,7 @@ def use_rect(config: DetstreamConfig, engine: Engine) -> bool:
 
 def in_flight_batches(config: DetstreamConfig) -> int:
     """Submitted batches the engine stage may queue for the postprocess thread: one per context, at least two."""
-    return max(2, config.engine.contexts)
+    return config.engine.in_flight
 
 
 def _return_freed_memory() -> None:
@@ -207,12 +207,9 @@ class Pipeline:
 
     @staticmethod
     def _allocator(engine: Engine):
-        """Page-locked slots when the engine copies to a GPU; plain aligned memory otherwise."""
-        if not engine.backend.startswith("tensorrt"):
-            return aligned_empty
-        from app.engines.host_memory import PinnedAllocator
-
-        return PinnedAllocator()
+        """The engine's allocator (page-locked slots when it copies to a GPU); plain aligned memory otherwise."""
+        allocator = engine.host_allocator()
+        return aligned_empty if allocator is None else allocator
 
     def _to_annotate(self, result: FrameResult) -> None:
         lossless = self._source_mode(result.meta.stream_id) is SourceMode.FILE

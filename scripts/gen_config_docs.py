@@ -43,7 +43,6 @@ NOTES: dict[str, str] = {
     "engine.max_batch": "largest batch per engine call",
     "engine.max_wait_ms": "batching window: how long a partial batch waits for more frames",
     "engine.precision": "TensorRT precision (`int8` needs `calib`)",
-    "engine.cuda_graphs": "TensorRT: capture CUDA graphs per batch size",
     "publish": "where detections go",
     "publish.endpoint": "bound; prefix `connect+` to connect (into a proxy): `tcp://HOST:PORT`, `ipc://PATH`",
     "publish.encoding": "payload encoding; msgpack carries the same map",

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from app.types import ModelSpec
+
+HostAllocator = Callable[[tuple[int, ...]], np.ndarray]
+"""Makes the ring's frame memory: ``shape -> float32 array`` (see :class:`app.ring.FrameRing`)."""
 
 
 class InferenceHandle(ABC):
@@ -84,6 +87,14 @@ class Engine(ABC):
         engines that bound their own queue block in :meth:`submit` (TensorRT, one per context).
         """
         return 0 if stop.is_set() else max(self.batch_sizes)
+
+    def host_allocator(self) -> HostAllocator | None:
+        """The allocator for the frames this engine reads, or None for plain aligned host memory.
+
+        An engine that copies frames to a GPU returns one that page-locks them (asynchronous copies);
+        the pipeline asks here instead of guessing from :attr:`backend`.
+        """
+        return None
 
     def warmup(self) -> None:
         """Run once on zeros so that the first real frame is not slow (lazy allocations, graph capture)."""

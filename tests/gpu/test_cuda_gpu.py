@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.engines.device import CudaDevice
-from app.engines.host_memory import PinnedAllocator, alloc_host
+from app.engines.cuda.device import CudaDevice
+from app.engines.cuda.host_memory import PinnedAllocator, alloc_host
 from app.errors import EngineError
 from app.ring import FrameRing
 

@@ -83,7 +83,7 @@ def test_auto_without_tensorrt_falls_back_to_the_cuda_provider_with_one_warning(
         pytest.skip("TensorRT is installed here, so backend auto does not fall back")
     spec = make_model(tmp_path / "tiny.onnx", None)
     with caplog.at_level(logging.WARNING, logger="app.engines"):
-        engine = create_engine(spec, _config(backend="auto", cache_dir=str(tmp_path / "cache")))
+        engine = create_engine(spec, _config(backend="auto", tensorrt={"cache_dir": str(tmp_path / "cache")}))
     try:
         # The TensorRT EP comes first in the provider list; without libnvinfer it cannot load, and ONNX Runtime
         # moves on to the CUDA provider, never to the CPU while a GPU is usable.

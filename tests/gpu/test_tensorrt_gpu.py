@@ -35,9 +35,9 @@ def _require_tensorrt() -> None:
 FP16_ATOL = 2e-2
 
 
-def _config(tmp_path: Path, **changes: object) -> EngineConfig:
-    return EngineConfig(**{"backend": "tensorrt", "max_batch": 4, "contexts": 2, "precision": "fp16",
-                           "cache_dir": str(tmp_path / "cache"), **changes})
+def _config(tmp_path: Path, precision: str = "fp16", **tensorrt: object) -> EngineConfig:
+    return EngineConfig(backend="tensorrt", max_batch=4, precision=precision,
+                        tensorrt={"contexts": 2, "cache_dir": str(tmp_path / "cache"), **tensorrt})
 
 
 def test_a_tensorrt_engine_builds_and_agrees_with_onnxruntime_within_fp16_tolerance(tmp_path: Path) -> None:
@@ -100,20 +100,20 @@ def test_a_second_start_uses_the_cached_engine(tmp_path: Path, caplog: pytest.Lo
     spec = make_model(tmp_path / "tiny.onnx", None)
     create_engine(spec, _config(tmp_path)).close()
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="app.engines.cache"):
+    with caplog.at_level(logging.INFO, logger="app.engines.tensorrt.cache"):
         create_engine(spec, _config(tmp_path)).close()
     assert any("using cached TensorRT engine" in r.getMessage() for r in caplog.records)
 
 
 def test_build_engine_main_writes_an_engine_that_create_engine_picks_up(tmp_path: Path,
                                                                         caplog: pytest.LogCaptureFixture) -> None:
-    from app.engines.trt_build import build_engine_main
+    from app.engines.tensorrt.prebuild import build_engine_main
 
     spec = make_model(tmp_path / "tiny.onnx", None)
     path = build_engine_main(Path(spec.path), fp16=True, int8=False, calib=None, batch=(1, 4, 4),
                              cache_dir=tmp_path / "cache", progress=True, contexts=2)
     assert path.exists()
-    with caplog.at_level(logging.INFO, logger="app.engines.cache"):
+    with caplog.at_level(logging.INFO, logger="app.engines.tensorrt.cache"):
         create_engine(spec, _config(tmp_path)).close()
     assert any("using cached TensorRT engine" in r.getMessage() for r in caplog.records)
 

@@ -181,7 +181,7 @@ def test_metrics_give_what_a_frame_costs_in_inference_cpu(run):
     families = list(text_string_to_metric_families(run["seen"].metrics[-1]))
     cpu_s = sample(families, "detstream_inference_cpu_seconds_total")
     assert cpu_s is not None
-    if physical_cores() // EngineConfig().contexts != 1:
+    if physical_cores() // EngineConfig().onnxruntime.workers != 1:
         pytest.skip("runs on several threads each: their CPU is not measured (the counter stays 0)")
     frames = sample(families, "detstream_frames_published_total", stream="clip")
     assert frames and 0.005 < cpu_s / frames < 1.0, (cpu_s, frames)  # yolov3-tiny: tens of ms per frame here

@@ -121,7 +121,7 @@ def test_the_engine_skips_the_optimizer_the_int8_file_names_and_gets_the_same_va
     from app.engines.onnxruntime import OrtEngine
 
     spec = load_model_spec(int8_model)
-    engine = OrtEngine(spec, EngineConfig(backend="onnxruntime", max_batch=2, intra_op_threads=1))
+    engine = OrtEngine(spec, EngineConfig(backend="onnxruntime", max_batch=2, onnxruntime={"intra_op_threads": 1}))
     assert engine.provider == "CPUExecutionProvider"
     with_pass = ort.InferenceSession(str(int8_model), providers=["CPUExecutionProvider"])  # propagation on
     frames = [np.ascontiguousarray(letterbox(rgb, RECT["vtest"])[0]) for rgb in held_out_frames[:2]]

@@ -92,7 +92,8 @@ def topology(tmp_path_factory, default_model):
     frames = {sid: 20 + 3 * i for i, sid in enumerate(ids)}  # distinct lengths: a mix-up would show
     sources = [{"id": sid, "url": str(make_clip(folder / f"{sid}.mp4", frames=n, fps=10))} for sid, n in frames.items()]
     config = folder / "six-files.yaml"
-    config.write_text(yaml.safe_dump({"sources": sources, "engine": {"max_batch": 4, "intra_op_threads": 1}}))
+    engine = {"max_batch": 4, "onnxruntime": {"intra_op_threads": 1}}
+    config.write_text(yaml.safe_dump({"sources": sources, "engine": engine}))
     frontend, backend = free_port(), free_port()
     models_dir = str(Path(default_model).parent)
     proxy = start_detstream("proxy", "--frontend", f"tcp://127.0.0.1:{frontend}", "--backend",

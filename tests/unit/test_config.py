@@ -52,6 +52,19 @@ BAD_CONFIGS = [
                  id="unknown-backend"),
     pytest.param({"sources": ONE_FILE, "engine": {"precision": "fp8"}}, "engine.precision", "'fp32'",
                  id="unknown-precision"),
+    pytest.param({"sources": ONE_FILE, "engine": {"ring_slots": 4097}}, "engine.ring_slots",
+                 "less than or equal to 4096", id="too-many-ring-slots"),
+    pytest.param({"sources": ONE_FILE, "engine": {"tensorrt": {"contexts": 0}}}, "engine.tensorrt.contexts",
+                 "greater than or equal to 1", id="zero-tensorrt-contexts"),
+    pytest.param({"sources": ONE_FILE, "engine": {"tensorrt": {"streams": 2}}}, "engine.tensorrt.streams",
+                 "Extra inputs", id="unknown-tensorrt-key"),
+    pytest.param({"sources": ONE_FILE, "engine": {"onnxruntime": {"workers": 17}}}, "engine.onnxruntime.workers",
+                 "less than or equal to 16", id="too-many-onnxruntime-workers"),
+    pytest.param({"sources": ONE_FILE, "engine": {"onnxruntime": {"intra_op_threads": 257}}},
+                 "engine.onnxruntime.intra_op_threads", "less than or equal to 256", id="too-many-intra-op-threads"),
+    pytest.param({"sources": ONE_FILE, "engine": {"contexts": 0}}, "engine.tensorrt.contexts",
+                 "greater than or equal to 1", id="deprecated-key-checked-at-its-new-path",
+                 marks=pytest.mark.filterwarnings("ignore:engine.contexts is deprecated:DeprecationWarning")),
     pytest.param({"sources": [{"url": "a.mp4", "max_fps": "fast"}]}, "sources[0].max_fps", "valid number",
                  id="wrong-type-float"),
     pytest.param({"sources": [{"url": "a.mp4", "max_fps": 0}]}, "sources[0].max_fps", "greater than 0",
@@ -173,10 +186,85 @@ def test_defaults_match_the_contract():
     config = parse_config({"sources": ONE_FILE}, env={})
     assert (config.model.name, config.model.conf_threshold, config.model.iou_threshold) == ("yolov3-tiny", 0.25, 0.45)
     assert (config.engine.backend, config.engine.max_batch, config.engine.max_wait_ms) == ("auto", 8, 10.0)
-    assert (config.engine.contexts, config.engine.precision) == (2, "fp16")
+    assert (config.engine.tensorrt.contexts, config.engine.onnxruntime.workers, config.engine.precision) == (
+        2, 2, "fp16")
+    assert (config.engine.tensorrt.cuda_graphs, config.engine.onnxruntime.intra_op_threads) == (True, None)
     assert (config.publish.endpoint, config.publish.encoding) == ("tcp://127.0.0.1:5555", "json")
     assert (config.publish.heartbeat_s, config.publish.startup_wait_s) == (5.0, 1.0)
     assert (config.metrics.port, config.metrics.host) == (None, "127.0.0.1")
+
+
+# -- engine keys of the previous release ----------------------------------------------------------------------------
+
+MOVED = [
+    ("contexts", 3, {("tensorrt", "contexts"): 3, ("onnxruntime", "workers"): 3},
+     "engine.contexts is deprecated: use engine.tensorrt.contexts and engine.onnxruntime.workers"),
+    ("cuda_graphs", False, {("tensorrt", "cuda_graphs"): False},
+     "engine.cuda_graphs is deprecated: use engine.tensorrt.cuda_graphs"),
+    ("cache_dir", "/data/engines", {("tensorrt", "cache_dir"): "/data/engines"},
+     "engine.cache_dir is deprecated: use engine.tensorrt.cache_dir"),
+    ("calib", "clips/site.mp4", {("tensorrt", "calib"): "clips/site.mp4"},
+     "engine.calib is deprecated: use engine.tensorrt.calib"),
+    ("intra_op_threads", 1, {("onnxruntime", "intra_op_threads"): 1},
+     "engine.intra_op_threads is deprecated: use engine.onnxruntime.intra_op_threads"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "mapped", "warning"), MOVED, ids=[m[0] for m in MOVED])
+def test_a_flat_engine_key_of_the_previous_release_is_mapped_and_warned_once_naming_the_new_key(
+    key, value, mapped, warning, caplog
+):
+    with pytest.warns(DeprecationWarning) as caught, caplog.at_level("WARNING", logger="app.config"):
+        config = parse_config({"sources": ONE_FILE, "engine": {"max_batch": 4, key: value}}, env={})
+    assert [str(w.message) for w in caught if w.category is DeprecationWarning] == [warning]
+    assert [r.getMessage() for r in caplog.records] == [warning]
+    for (section, name), expected in mapped.items():
+        assert getattr(getattr(config.engine, section), name) == expected
+    assert config.engine.max_batch == 4
+
+
+def test_every_flat_engine_key_in_one_file_warns_once_each():
+    tree = {"sources": ONE_FILE, "engine": {key: value for key, value, _, _ in MOVED}}
+    with pytest.warns(DeprecationWarning) as caught:
+        config = parse_config(tree, env={})
+    assert sorted(str(w.message) for w in caught) == sorted(warning for *_, warning in MOVED)
+    assert (config.engine.tensorrt.contexts, config.engine.onnxruntime.workers) == (3, 3)
+
+
+def test_a_flat_key_and_its_new_key_together_are_an_error_naming_both():
+    with pytest.warns(DeprecationWarning):
+        error = config_error({"sources": ONE_FILE, "engine": {"contexts": 3, "onnxruntime": {"workers": 1}}})
+    assert error.startswith("engine: engine.contexts: also set as engine.onnxruntime.workers"), error
+
+
+def test_the_new_sections_load_without_a_warning(recwarn, caplog):
+    tree = {"sources": ONE_FILE, "engine": {"tensorrt": {"contexts": 4, "cuda_graphs": False},
+                                            "onnxruntime": {"workers": 1, "intra_op_threads": 2}}}
+    config = parse_config(tree, env={})
+    assert (config.engine.tensorrt.contexts, config.engine.onnxruntime.intra_op_threads) == (4, 2)
+    assert config.engine.in_flight == 4
+    assert not [w for w in recwarn if w.category is DeprecationWarning] and not caplog.records
+
+
+def test_a_mapped_config_dumped_and_parsed_again_does_not_warn_again(recwarn):
+    """``detstream run`` parses the file, then its dump with the command-line overrides applied."""
+    with pytest.warns(DeprecationWarning):
+        first = parse_config({"sources": ONE_FILE, "engine": {"contexts": 3}}, env={})
+    recwarn.clear()
+    again = parse_config(first.model_dump(mode="json", exclude_unset=True), env={})
+    assert again.engine == first.engine
+    assert not [w for w in recwarn if w.category is DeprecationWarning]
+
+
+def test_config_check_of_a_file_with_a_flat_engine_key_warns_once_and_shows_the_new_keys(tmp_path):
+    file = tmp_path / "old.yaml"
+    file.write_text("sources:\n  - url: a.mp4\nengine:\n  contexts: 3\n")
+    result = run_config_check(file)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("engine.contexts is deprecated: use engine.tensorrt.contexts") == 1, result.stderr
+    engine = yaml.safe_load(result.stdout)["engine"]
+    assert (engine["tensorrt"]["contexts"], engine["onnxruntime"]["workers"]) == (3, 3)
+    assert "contexts" not in engine
 
 
 # -- ids and shards -----------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""A host fake of TensorRT behind the :mod:`app.engines.trt_runtime` seam.
+"""A host fake of TensorRT behind the :mod:`app.engines.tensorrt.runtime` seam.
 
 The fake "builds" an engine description from the real ONNX file (input name,
 size, static or dynamic batch, the profile sets) and its execution context
@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 from engine_models import reference
+from host_device import HostDevice, HostStream
 
-from app.engines.host_device import HostDevice, HostStream
-from app.engines.trt_runtime import BuildOptions, TensorInfo
+from app.engines.tensorrt.runtime import BuildOptions, TensorInfo
 from app.errors import EngineError
 
 

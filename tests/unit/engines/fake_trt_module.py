@@ -1,6 +1,6 @@
 """A stand-in for the ``tensorrt`` module with the TensorRT ≥ 10 names the adapters call.
 
-Only what :mod:`app.engines.trt_runtime` and :mod:`app.engines.trt_build` use
+Only what :mod:`app.engines.tensorrt.runtime` and :mod:`app.engines.tensorrt.build` use
 is here, with the shapes those names have in the real bindings (checked
 against the 10.13 and 11.4 wheels). It records what was called, so tests can
 check the adapters' logic (profiles per context, flags, timing cache, error

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from engine_fakes import FakeTrtRuntime
 from engine_models import make_model, random_frames, reference
+from host_device import HostDevice
 
 from app.config import EngineConfig
 from app.engines import Engine, create_engine, detect_cuda
-from app.engines.host_device import HostDevice
+from app.engines.cuda.host_memory import PinnedAllocator
 from app.engines.onnxruntime import OrtEngine
 from app.engines.tensorrt import TensorRTEngine
 from app.errors import EngineError, EngineLoadError
@@ -35,7 +36,7 @@ def _create(tmp_path: Path, *, backend: str = "auto", fail_on: dict | None = Non
             raise EngineLoadError("tensorrt is not installed: No module named 'tensorrt'")
         return runtime
 
-    config = EngineConfig(backend=backend, max_batch=4, contexts=2, cache_dir=str(tmp_path / "cache"))
+    config = EngineConfig(backend=backend, max_batch=4, tensorrt={"contexts": 2, "cache_dir": str(tmp_path / "cache")})
     engine = create_engine(spec, config, device_factory=device_factory, trt_factory=trt_factory)
     return engine, device, runtime
 
@@ -54,6 +55,7 @@ def test_tensorrt_is_used_when_every_step_works(tmp_path: Path, caplog: pytest.L
     engine, device, _ = _create(tmp_path)
     try:
         assert isinstance(engine, TensorRTEngine) and engine.backend == "tensorrt:fp16"
+        assert isinstance(engine.host_allocator(), PinnedAllocator)  # frames are copied to the GPU: page-locked
         _computes_the_reference(engine)
         assert _fallback_lines(caplog) == []
     finally:
@@ -141,6 +143,7 @@ def test_onnxruntime_backend_never_touches_tensorrt_or_the_device(tmp_path: Path
     engine = create_engine(spec, EngineConfig(backend="onnxruntime"), device_factory=refuse, trt_factory=refuse)
     try:
         assert isinstance(engine, OrtEngine)
+        assert engine.host_allocator() is None  # the CPU provider reads frames in place: plain memory
     finally:
         engine.close()
 

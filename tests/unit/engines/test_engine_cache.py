@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engines.cache import MAGIC, EngineCacheKey, cache_path, load_or_build, read_cached, write_cached
+from app.engines.tensorrt.cache import MAGIC, EngineCacheKey, cache_path, load_or_build, read_cached, write_cached
 
 KEY = EngineCacheKey(
     onnx_sha256="ab" * 32, trt_version="10.13.3", gpu_name="NVIDIA H100 80GB HBM3", compute_capability=(9, 0),

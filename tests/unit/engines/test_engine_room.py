@@ -21,7 +21,7 @@ from engine_models import make_model
 from app.batcher import Batcher
 from app.config import EngineConfig
 from app.engines.onnxruntime import OrtEngine
-from app.engines.ort_workers import CpuWorkers
+from app.engines.onnxruntime.workers import CpuWorkers
 from app.metrics import PipelineMetrics
 from app.ring import FrameRing
 from app.stages.inference import END, InferenceStage
@@ -62,7 +62,8 @@ def feed(batcher: Batcher, stop: threading.Event) -> None:
 def run_frames(tmp_path: Path, live: bool) -> tuple[list[int], list[int]]:
     """(published seqs, batch sizes) of FRAMES frames through the engine stage."""
     spec = make_model(tmp_path / "tiny.onnx", None)
-    engine = OrtEngine(spec, EngineConfig(backend="onnxruntime", max_batch=8, contexts=2, intra_op_threads=1))
+    engine = OrtEngine(spec, EngineConfig(backend="onnxruntime", max_batch=8,
+                                          onnxruntime={"workers": 2, "intra_op_threads": 1}))
     batcher = Batcher(FrameRing(32, 8, 8), max_batch=8, max_wait_s=0.05, quota=32)
     batcher.add_stream("clip", live=live, max_staleness_s=10.0)
     results: queue.Queue = queue.Queue(maxsize=2)

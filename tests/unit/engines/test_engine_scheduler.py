@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 from engine_fakes import FakeTrtRuntime
 from engine_models import make_model, random_frames, reference
+from host_device import HostDevice
 
 from app.config import EngineConfig
-from app.engines.host_device import HostDevice
-from app.engines.scheduler import bucket_sizes, choose_bucket, plan_profiles, plan_steps
 from app.engines.tensorrt import TensorRTEngine, open_tensorrt_engine
-from app.engines.trt_runtime import BuildOptions
+from app.engines.tensorrt.profiles import bucket_sizes, choose_bucket, plan_profiles
+from app.engines.tensorrt.runtime import BuildOptions
+from app.engines.tensorrt.scheduler import plan_steps
 from app.errors import EngineError
 from app.types import ModelSpec
 
@@ -28,10 +29,10 @@ def device() -> Iterator[HostDevice]:
 
 
 def _open(tmp_path: Path, device: HostDevice, runtime: FakeTrtRuntime, *, batch: int | None = None,
-          **config: object) -> TensorRTEngine:
+          **tensorrt: object) -> TensorRTEngine:
     spec = make_model(tmp_path / f"tiny-{batch}.onnx", batch)
-    settings = {"max_batch": 4, "contexts": 2, **config}
-    return open_tensorrt_engine(spec, EngineConfig(**settings), device, runtime, tmp_path / "cache")
+    config = EngineConfig(max_batch=4, tensorrt={"contexts": 2, **tensorrt})
+    return open_tensorrt_engine(spec, config, device, runtime, tmp_path / "cache")
 
 
 def _close_to(outputs: list[np.ndarray], frames: np.ndarray) -> bool:
@@ -132,8 +133,8 @@ def test_a_consumer_that_stops_waiting_makes_submit_fail_after_its_timeout(tmp_p
     spec = make_model(tmp_path / "tiny.onnx", None)
     runtime = FakeTrtRuntime(device)
     blob = runtime.build(Path(spec.path), _options(spec))
-    engine = TensorRTEngine(spec, EngineConfig(max_batch=4, contexts=1), device, runtime.deserialize(blob),
-                            submit_timeout_s=0.2)
+    config = EngineConfig(max_batch=4, tensorrt={"contexts": 1})
+    engine = TensorRTEngine(spec, config, device, runtime.deserialize(blob), submit_timeout_s=0.2)
     try:
         engine.submit([random_frames(1)[0]])
         engine.submit([random_frames(1)[0]])  # contexts + 1 output sets: this one still fits

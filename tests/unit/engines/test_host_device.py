@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from host_device import HostDevice
 
-from app.engines.host_device import HostDevice
-from app.engines.host_memory import PinnedAllocator, alloc_host
+from app.engines.cuda.host_memory import PinnedAllocator, alloc_host
 from app.errors import EngineError, StateError
 
 
@@ -136,7 +136,7 @@ def test_pinned_host_buffers_are_released_to_the_device_on_free(device: HostDevi
 
 
 def test_the_ring_allocator_says_whether_its_buffers_are_page_locked(device: HostDevice, monkeypatch) -> None:
-    from app.engines import host_memory
+    from app.engines.cuda import host_memory
 
     pinned = PinnedAllocator(device)
     assert not pinned.pinned  # nothing allocated yet: nothing to vouch for

@@ -18,7 +18,7 @@ import pytest
 
 from app.config import EngineConfig
 from app.engines.onnxruntime import CPU, OrtEngine
-from app.engines.ort_workers import WorkerHandle
+from app.engines.onnxruntime.workers import WorkerHandle
 from app.errors import EngineError
 from app.models.spec import load_model_spec
 from app.types import ModelSpec
@@ -33,7 +33,8 @@ def spec(default_model: Path) -> ModelSpec:
 
 @pytest.fixture(scope="module")
 def engine(spec: ModelSpec):
-    engine = OrtEngine(spec, EngineConfig(backend="onnxruntime", max_batch=8, contexts=2, intra_op_threads=1))
+    engine = OrtEngine(spec, EngineConfig(backend="onnxruntime", max_batch=8,
+                                          onnxruntime={"workers": 2, "intra_op_threads": 1}))
     yield engine
     engine.close()
 
@@ -103,7 +104,8 @@ def test_a_batch_reports_its_inference_cpu_when_each_run_has_one_thread(engine: 
 
 
 def test_runs_on_more_threads_than_their_own_report_no_cpu(spec: ModelSpec) -> None:
-    engine = OrtEngine(spec, EngineConfig(backend="onnxruntime", max_batch=2, contexts=1, intra_op_threads=2))
+    engine = OrtEngine(spec, EngineConfig(backend="onnxruntime", max_batch=2,
+                                          onnxruntime={"workers": 1, "intra_op_threads": 2}))
     try:
         handle = engine.submit(list(_frames(1, (spec.input_height, spec.input_width), seed=6)))
         handle.wait()
@@ -113,7 +115,8 @@ def test_runs_on_more_threads_than_their_own_report_no_cpu(spec: ModelSpec) -> N
 
 
 def test_close_with_frames_still_queued_neither_hangs_nor_crashes(spec: ModelSpec) -> None:
-    engine = OrtEngine(spec, EngineConfig(backend="onnxruntime", max_batch=8, contexts=2, intra_op_threads=1))
+    engine = OrtEngine(spec, EngineConfig(backend="onnxruntime", max_batch=8,
+                                          onnxruntime={"workers": 2, "intra_op_threads": 1}))
     threads = list(engine._workers._threads)  # type: ignore[union-attr]
     handle = engine.submit(list(_frames(8, (spec.input_height, spec.input_width), seed=3)))
     engine.close()  # two runs are in progress: they finish, the session is released after the join

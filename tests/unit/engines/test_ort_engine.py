@@ -1,7 +1,7 @@
 """OrtEngine on tiny onnx.helper models: results, batch splitting, allocation, errors.
 
-Most tests run both ways of running: the CPU worker threads (``concurrent=None``, the default on the CPU
-provider) and the synchronous whole-batch path GPU providers use (``concurrent=False``).
+Most tests run both ways of running (the ``run_path`` fixture): the CPU provider's worker threads and the
+synchronous whole-batch path GPU providers use.
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ from app.config import EngineConfig
 from app.engines.onnxruntime import OrtEngine, dynamic_batch_sizes, physical_cores
 from app.errors import EngineLoadError
 
-PATHS = pytest.mark.parametrize("concurrent", [None, False], ids=["workers", "synchronous"])
+
+def _config(max_batch: int, workers: int = 2) -> EngineConfig:
+    return EngineConfig(backend="onnxruntime", max_batch=max_batch,
+                        onnxruntime={"workers": workers, "intra_op_threads": 1})
 
 
-def _engine(tmp_path: Path, batch: int | None, max_batch: int = 5, concurrent: bool | None = None) -> OrtEngine:
-    spec = make_model(tmp_path / f"tiny-{batch}.onnx", batch)
-    return OrtEngine(spec, EngineConfig(backend="onnxruntime", max_batch=max_batch, intra_op_threads=1),
-                     concurrent=concurrent)
+def _engine(tmp_path: Path, batch: int | None, max_batch: int = 5) -> OrtEngine:
+    return OrtEngine(make_model(tmp_path / f"tiny-{batch}.onnx", batch), _config(max_batch))
 
 
 def _assert_matches(outputs: list[np.ndarray], frames: np.ndarray) -> None:
@@ -34,13 +35,12 @@ def _assert_matches(outputs: list[np.ndarray], frames: np.ndarray) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-@PATHS
 @pytest.mark.parametrize("batch", [None, 1, 2])
 @pytest.mark.parametrize("n", [1, 2, 3, 5])
 def test_outputs_equal_the_numpy_computation_for_every_batch_size(
-    tmp_path: Path, batch: int | None, n: int, concurrent: bool | None
+    tmp_path: Path, batch: int | None, n: int, run_path: str
 ) -> None:
-    engine = _engine(tmp_path, batch, concurrent=concurrent)
+    engine = _engine(tmp_path, batch)
     frames = random_frames(n, seed=n)
     _assert_matches(engine.submit(list(frames)).wait(), frames)
 
@@ -61,11 +61,10 @@ def test_cpu_batch_sizes_are_powers_of_two_up_to_max_batch_for_dynamic_and_the_f
     assert _engine(tmp_path, batch, max_batch).batch_sizes == sizes
 
 
-@PATHS
 def test_static_batch_two_model_pads_an_odd_batch_and_drops_the_padding(
-    tmp_path: Path, concurrent: bool | None
+    tmp_path: Path, run_path: str
 ) -> None:
-    engine = _engine(tmp_path, 2, max_batch=6, concurrent=concurrent)
+    engine = _engine(tmp_path, 2, max_batch=6)
     for _ in range(engine.output_sets):  # every set's staging rows hold 6 earlier frames
         engine.submit(list(random_frames(6, seed=3) + 1)).wait()
     frames = random_frames(5, seed=7)
@@ -73,16 +72,15 @@ def test_static_batch_two_model_pads_an_odd_batch_and_drops_the_padding(
     assert outputs[0].shape == (5, 3)
     _assert_matches(outputs, frames)
     # the padding row was zeroed, so stale frames cannot leak into a later odd batch
-    staging = engine._staging[engine._set if concurrent is None else 0]
+    staging = engine._staging[engine._set if run_path == "workers" else 0]
     assert staging is not None
     assert not staging.reshape(-1, 3, 8, 8)[5].any()
 
 
-@PATHS
 def test_static_model_with_fewer_frames_after_more_returns_only_the_new_results(
-    tmp_path: Path, concurrent: bool | None
+    tmp_path: Path, run_path: str
 ) -> None:
-    engine = _engine(tmp_path, 1, concurrent=concurrent)
+    engine = _engine(tmp_path, 1)
     engine.submit(list(random_frames(5, seed=1))).wait()
     frames = random_frames(2, seed=2)
     _assert_matches(engine.submit(list(frames)).wait(), frames)
@@ -94,16 +92,16 @@ def test_more_frames_than_max_batch_are_refused(tmp_path: Path) -> None:
         engine.submit(list(random_frames(3)))
 
 
-@PATHS
-@pytest.mark.parametrize(("batch", "dynamic_hw", "hw"), [(None, False, (32, 32)), (1, False, (32, 32)),
-                                                          (None, True, (24, 32)), (1, True, (32, 16))])
+@pytest.mark.parametrize(("run_path", "batch", "dynamic_hw", "hw"), [
+    *[(path, batch, False, (32, 32)) for path in ("workers", "synchronous") for batch in (None, 1)],
+    ("workers", None, True, (24, 32)), ("workers", 1, True, (32, 16)),  # GPU providers run the nominal size only
+], indirect=["run_path"])
 def test_steady_state_submits_neither_allocate_outputs_nor_grow_memory(
-    tmp_path: Path, batch: int | None, dynamic_hw: bool, hw: tuple[int, int], concurrent: bool | None
+    tmp_path: Path, batch: int | None, dynamic_hw: bool, hw: tuple[int, int], run_path: str
 ) -> None:
     # 32x32 frames: one batch of outputs is ~48 KiB, far above what a submit may allocate transiently
     spec = make_model(tmp_path / "tiny32.onnx", batch, height=32, width=32, dynamic_hw=dynamic_hw)
-    engine = OrtEngine(spec, EngineConfig(backend="onnxruntime", max_batch=4, intra_op_threads=1),
-                       concurrent=concurrent)
+    engine = OrtEngine(spec, _config(4))
     batches = [list(random_frames(n, seed=n, height=hw[0], width=hw[1])) for n in (1, 3, 4)]
     # Tracing starts before the warm-up: what steady state keeps (the last handle of each output set, ORT's
     # per-binding values) must be traced when made, or its replacement would look like growth. On worker threads
@@ -159,16 +157,14 @@ def test_physical_cores_is_at_least_one_and_at_most_the_logical_count() -> None:
     assert 1 <= physical_cores() <= (os.cpu_count() or 1)
 
 
-@PATHS
-@pytest.mark.parametrize("contexts", [1, 2, 4])
+@pytest.mark.parametrize("workers", [1, 2, 4])
 def test_a_handle_keeps_its_outputs_while_in_flight_plus_one_more_batches_are_submitted(
-    tmp_path: Path, contexts: int, concurrent: bool | None
+    tmp_path: Path, workers: int, run_path: str
 ) -> None:
     """The pipeline queues ``in_flight`` handles, postprocesses one and submits one more: all must stay intact."""
     spec = make_model(tmp_path / "rotate.onnx", None)
-    config = EngineConfig(backend="onnxruntime", max_batch=4, intra_op_threads=1, contexts=contexts)
-    engine = OrtEngine(spec, config, concurrent=concurrent)
-    assert (engine.in_flight, engine.output_sets) == (max(2, contexts), max(2, contexts) + 2)
+    engine = OrtEngine(spec, _config(4, workers))
+    assert (engine.in_flight, engine.output_sets) == (max(2, workers), max(2, workers) + 2)
     batches = [list(random_frames(2 + seed % 3, seed=seed)) for seed in range(engine.in_flight + 2)]
     handles = [engine.submit(frames) for frames in batches]
     for handle, frames in zip(handles, batches, strict=True):
@@ -189,10 +185,10 @@ def test_optimizers_the_model_file_disables_are_skipped_by_its_session(tmp_path:
 
     monkeypatch.setattr(onnxruntime, "InferenceSession", Recording)
     spec = make_model(tmp_path / "tiny.onnx", None)
-    plain = OrtEngine(spec, EngineConfig(backend="onnxruntime", max_batch=2, intra_op_threads=1))
+    plain = OrtEngine(spec, _config(2))
     assert "disabled_optimizers" not in seen[-1]
     asks = dataclasses.replace(spec, ort_disabled_optimizers=("QDQPropagationTransformer",))
-    engine = OrtEngine(asks, EngineConfig(backend="onnxruntime", max_batch=2, intra_op_threads=1))
+    engine = OrtEngine(asks, _config(2))
     assert seen[-1]["disabled_optimizers"] == ["QDQPropagationTransformer"]
     frames = random_frames(2, seed=3)
     _assert_matches(engine.submit(list(frames)).wait(), frames)

@@ -17,14 +17,12 @@ from engine_models import FAIL_AT, make_model, random_frames, reference
 
 from app.config import EngineConfig
 from app.engines.onnxruntime import CPU, OrtEngine, intra_op_threads, physical_cores
-from app.engines.ort_outputs import MAX_SHAPES
+from app.engines.onnxruntime.outputs import MAX_SHAPES
 from app.errors import EngineError
 
-PATHS = pytest.mark.parametrize("concurrent", [None, False], ids=["workers", "synchronous"])
 
-
-def _config(**overrides: object) -> EngineConfig:
-    return EngineConfig(**{"backend": "onnxruntime", "max_batch": 8, "intra_op_threads": 1, **overrides})
+def _config(workers: int = 2) -> EngineConfig:
+    return EngineConfig(backend="onnxruntime", max_batch=8, onnxruntime={"workers": workers, "intra_op_threads": 1})
 
 
 def _direct(path: str, frames: np.ndarray) -> list[np.ndarray]:
@@ -43,7 +41,7 @@ def test_concurrent_per_frame_runs_equal_one_plain_session_run(
     tmp_path: Path, batch: int | None, dynamic_hw: bool, n: int
 ) -> None:
     spec = make_model(tmp_path / "tiny.onnx", batch, dynamic_hw=dynamic_hw)
-    engine = OrtEngine(spec, _config(contexts=2))
+    engine = OrtEngine(spec, _config(workers=2))
     frames = random_frames(n, seed=n)
     got = engine.submit(list(frames)).wait()
     direct = [np.concatenate([out for f in frames for out in _direct(spec.path, f[None])[i:i + 1]])
@@ -54,13 +52,10 @@ def test_concurrent_per_frame_runs_equal_one_plain_session_run(
     engine.close()
 
 
-@PATHS
 @pytest.mark.parametrize("hw", [(12, 16), (8, 16), (16, 4), (4, 4), (16, 16)])
-def test_rectangular_inputs_give_what_a_direct_run_at_that_size_gives(
-    tmp_path: Path, hw: tuple[int, int], concurrent: bool | None
-) -> None:
+def test_rectangular_inputs_give_what_a_direct_run_at_that_size_gives(tmp_path: Path, hw: tuple[int, int]) -> None:
     spec = make_model(tmp_path / "dyn.onnx", None, height=16, width=16, dynamic_hw=True)
-    engine = OrtEngine(spec, _config(), concurrent=concurrent)
+    engine = OrtEngine(spec, _config())
     assert engine.accepts_dynamic_hw
     for n in (1, 3):
         frames = random_frames(n, seed=n, height=hw[0], width=hw[1])
@@ -68,6 +63,18 @@ def test_rectangular_inputs_give_what_a_direct_run_at_that_size_gives(
         assert [g.shape for g in got] == [(n, 3), (n, 3, *hw)]
         for mine, theirs in zip(got, _direct(spec.path, frames), strict=True):
             np.testing.assert_array_equal(mine, theirs)
+
+
+@pytest.mark.usefixtures("gpu_provider_path")
+def test_a_gpu_provider_runs_one_padded_nominal_shape_and_refuses_rectangles(tmp_path: Path) -> None:
+    spec = make_model(tmp_path / "dyn.onnx", None, height=16, width=16, dynamic_hw=True)
+    engine = OrtEngine(spec, _config())
+    assert (engine.accepts_dynamic_hw, engine.batch_sizes) == (False, (8,))
+    with pytest.raises(ValueError, match=r"fixed at \(3, 16, 16\)"):
+        engine.submit(list(random_frames(2, height=12, width=16)))
+    frames = random_frames(3, height=16, width=16)
+    for mine, theirs in zip(engine.submit(list(frames)).wait(), _direct(spec.path, frames), strict=True):
+        np.testing.assert_array_equal(mine, theirs)
 
 
 def test_rectangular_outputs_are_views_of_the_preallocated_sets_not_new_arrays(tmp_path: Path) -> None:
@@ -119,12 +126,11 @@ def test_input_sizes_kept_are_bounded_and_a_dropped_size_works_when_it_returns(t
         assert len(engine._outputs._entries) <= MAX_SHAPES
 
 
-@PATHS
 def test_frames_that_are_not_contiguous_or_not_float32_are_copied_and_still_right(
-    tmp_path: Path, concurrent: bool | None
+    tmp_path: Path, run_path: str
 ) -> None:
     spec = make_model(tmp_path / "tiny.onnx", None)
-    engine = OrtEngine(spec, _config(), concurrent=concurrent)
+    engine = OrtEngine(spec, _config())
     frames = random_frames(3, seed=5)
     strided = np.ascontiguousarray(frames.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)
     assert not strided[0].flags.c_contiguous
@@ -133,14 +139,13 @@ def test_frames_that_are_not_contiguous_or_not_float32_are_copied_and_still_righ
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-@PATHS
-def test_a_failing_run_fails_only_its_own_batch(tmp_path: Path, concurrent: bool | None) -> None:
+def test_a_failing_run_fails_only_its_own_batch(tmp_path: Path, run_path: str) -> None:
     spec = make_model(tmp_path / "fragile.onnx", None, fragile=True)
-    engine = OrtEngine(spec, _config(), concurrent=concurrent)
+    engine = OrtEngine(spec, _config())
     bad = random_frames(3, seed=1)
     bad[1, 0, 0, 0] = FAIL_AT
     good = random_frames(4, seed=2)
-    if concurrent is False:  # the synchronous path runs inside submit, so submit raises
+    if run_path == "synchronous":  # the synchronous path runs inside submit, so submit raises
         with pytest.raises(EngineError, match=r"inference failed on .*fragile\.onnx: .*Range"):
             engine.submit(list(bad))
     else:
@@ -155,12 +160,12 @@ def test_a_failing_run_fails_only_its_own_batch(tmp_path: Path, concurrent: bool
     np.testing.assert_allclose(engine.submit(list(good)).wait()[0], reference(good)[0], rtol=1e-5)
 
 
-@pytest.mark.parametrize("contexts", [1, 2, 3])
-def test_the_engine_owns_one_named_worker_per_context_and_close_joins_them(tmp_path: Path, contexts: int) -> None:
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_the_engine_owns_one_named_worker_per_worker_setting_and_close_joins_them(tmp_path: Path, workers: int) -> None:
     before = _worker_threads()
-    engine = OrtEngine(make_model(tmp_path / "tiny.onnx", None), _config(contexts=contexts))
+    engine = OrtEngine(make_model(tmp_path / "tiny.onnx", None), _config(workers=workers))
     mine = _worker_threads() - before
-    assert sorted(t.name for t in mine) == [f"detstream.engine.ctx{i}" for i in range(contexts)]
+    assert sorted(t.name for t in mine) == [f"detstream.engine.ctx{i}" for i in range(workers)]
     handle = engine.submit(list(random_frames(8)))
     engine.close()
     assert not any(t.is_alive() for t in mine)
@@ -173,9 +178,10 @@ def test_the_engine_owns_one_named_worker_per_context_and_close_joins_them(tmp_p
         engine.submit(list(random_frames(1)))
 
 
+@pytest.mark.usefixtures("gpu_provider_path")
 def test_a_synchronous_engine_has_no_worker_threads(tmp_path: Path) -> None:
     before = _worker_threads()
-    engine = OrtEngine(make_model(tmp_path / "tiny.onnx", None), _config(), concurrent=False)
+    engine = OrtEngine(make_model(tmp_path / "tiny.onnx", None), _config())
     assert _worker_threads() == before
     engine.close()
     engine.close()
@@ -183,7 +189,7 @@ def test_a_synchronous_engine_has_no_worker_threads(tmp_path: Path) -> None:
 
 def test_an_engine_dropped_without_close_stops_its_workers_at_once(tmp_path: Path) -> None:
     before = _worker_threads()
-    engine = OrtEngine(make_model(tmp_path / "tiny.onnx", None), _config(contexts=2))
+    engine = OrtEngine(make_model(tmp_path / "tiny.onnx", None), _config(workers=2))
     engine.submit(list(random_frames(2))).wait()
     mine = _worker_threads() - before
     assert len(mine) == 2
@@ -192,29 +198,29 @@ def test_an_engine_dropped_without_close_stops_its_workers_at_once(tmp_path: Pat
 
 
 def test_warmup_runs_at_the_nominal_size_on_every_worker(tmp_path: Path) -> None:
-    engine = OrtEngine(make_model(tmp_path / "tiny.onnx", None), _config(contexts=2))
+    engine = OrtEngine(make_model(tmp_path / "tiny.onnx", None), _config(workers=2))
     engine.warmup()
     handle = engine._last[engine._set]
     assert handle is not None and handle.n == 2  # one frame per worker
     engine.close()
 
 
-@pytest.mark.parametrize(("configured", "contexts", "concurrent", "expected"), [
-    (None, 2, None, max(1, physical_cores() // 2)),
-    (None, 1, None, physical_cores()),
-    (None, 16, None, 1),
-    (3, 2, None, 3),
-    (None, 2, False, physical_cores()),
+@pytest.mark.parametrize(("configured", "workers", "provider", "expected"), [
+    (None, 2, CPU, max(1, physical_cores() // 2)),
+    (None, 1, CPU, physical_cores()),
+    (None, 16, CPU, 1),
+    (3, 2, CPU, 3),
+    (None, 2, "CUDAExecutionProvider", physical_cores()),
 ])
 def test_intra_op_threads_share_the_physical_cores_among_the_cpu_workers(
-    configured: int | None, contexts: int, concurrent: bool | None, expected: int
+    configured: int | None, workers: int, provider: str, expected: int
 ) -> None:
-    config = EngineConfig(backend="onnxruntime", contexts=contexts, intra_op_threads=configured)
-    assert intra_op_threads(config, CPU, concurrent) == expected
+    config = EngineConfig(backend="onnxruntime", onnxruntime={"workers": workers, "intra_op_threads": configured})
+    assert intra_op_threads(config, provider) == expected
 
 
 def test_gpu_providers_keep_all_cores_for_their_synchronous_runs() -> None:
-    config = EngineConfig(backend="onnxruntime", contexts=4)
+    config = EngineConfig(backend="onnxruntime", onnxruntime={"workers": 4})
     assert intra_op_threads(config, "CUDAExecutionProvider") == physical_cores()
 
 
@@ -223,7 +229,7 @@ def test_a_batch_records_when_its_last_frame_finished_not_when_someone_waited_fo
     import time
 
     spec = make_model(tmp_path / "tiny.onnx", None)
-    engine = OrtEngine(spec, _config(contexts=2))
+    engine = OrtEngine(spec, _config(workers=2))
     submitted = time.monotonic()
     handle = engine.submit(list(random_frames(3, seed=1)))
     time.sleep(0.3)  # the postprocess thread is busy elsewhere

@@ -9,11 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fake_trt_module import Severity, make_module
+from host_device import HostDevice
 
-from app.engines.calibration import iter_calibration_frames, letterbox_chw
-from app.engines.host_device import HostDevice
-from app.engines.trt_build import CALIB_BATCH, build_serialized, make_calibrator
-from app.engines.trt_runtime import BuildOptions, RealTrtRuntime, import_tensorrt, make_trt_logger
+from app.engines.tensorrt.adapter import RealTrtRuntime, import_tensorrt, make_trt_logger
+from app.engines.tensorrt.build import CALIB_BATCH, build_serialized, make_calibrator
+from app.engines.tensorrt.calibration import iter_calibration_frames, letterbox_chw
+from app.engines.tensorrt.runtime import BuildOptions
 from app.errors import EngineError, EngineLoadError, ModelError
 
 
@@ -68,7 +69,7 @@ def test_context_calls_pass_the_stream_as_an_integer_and_refusals_raise() -> Non
 )
 def test_tensorrt_severities_map_to_logging_levels(caplog: pytest.LogCaptureFixture, severity: Severity,
                                                    level: int) -> None:
-    caplog.set_level(logging.DEBUG, logger="app.engines.trt_runtime")
+    caplog.set_level(logging.DEBUG, logger="app.engines.tensorrt.adapter")
     make_trt_logger(make_module()).log(severity, "message from tensorrt")
     (record,) = caplog.records
     assert record.levelno == level and record.getMessage() == "tensorrt: message from tensorrt"
@@ -195,14 +196,14 @@ def test_letterbox_keeps_the_aspect_ratio_and_centres_the_image() -> None:
 
 
 def test_build_engine_refuses_clearly_without_a_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from app.engines import trt_build
-    from app.engines.device import CudaDevice
+    from app.engines.cuda.device import CudaDevice
+    from app.engines.tensorrt import prebuild
 
     def no_gpu() -> CudaDevice:
         raise EngineLoadError("no usable CUDA driver/GPU: cudaGetDeviceCount returned cudaErrorNoDevice")
 
-    monkeypatch.setattr(trt_build.CudaDevice, "open", staticmethod(no_gpu))
+    monkeypatch.setattr(prebuild.CudaDevice, "open", staticmethod(no_gpu))
     with pytest.raises(EngineLoadError, match=r"^build-engine needs an NVIDIA GPU with TensorRT ≥ 10: no usable CUDA"):
-        trt_build.build_engine_main(tmp_path / "m.onnx", fp16=True, int8=False, calib=None, batch=(1, 8, 8),
+        prebuild.build_engine_main(tmp_path / "m.onnx", fp16=True, int8=False, calib=None, batch=(1, 8, 8),
                                     cache_dir=tmp_path, progress=False)
     assert list(tmp_path.iterdir()) == []

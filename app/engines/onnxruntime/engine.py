@@ -1,51 +1,38 @@
-"""OrtEngine: ONNX Runtime with preallocated IO binding; the fallback when TensorRT is not usable.
+"""OrtEngine: a model on ONNX Runtime with preallocated IO binding; the fallback when TensorRT is not usable.
 
-Providers are tried in order TensorRT EP → CUDA EP → CPU EP. ONNX Runtime
-falls back silently when a provider cannot load (missing CUDA libraries, no
-GPU), so the provider actually in use is read back from
-``session.get_providers()`` and named in :attr:`OrtEngine.backend`.
+The provider (TensorRT EP → CUDA EP → CPU EP, see :mod:`app.engines.onnxruntime.session`) is the one
+ONNX Runtime really uses, read back from the session and named in :attr:`OrtEngine.backend`. It decides
+how batches run:
 
-Two ways to run, by provider:
+* CPU provider: ``engine.onnxruntime.workers`` worker threads (``detstream.engine.ctx<i>``,
+  :mod:`app.engines.onnxruntime.workers`) share one session whose intra-op pool has
+  ``cores // workers`` threads. ``submit`` splits the batch into single-frame jobs (fixed-batch
+  chunks for a model with a static batch > 1) and returns at once; frames are bound in place (no
+  copy) and outputs land in rows of the current output set. Several single-frame runs on few threads
+  each use a small CPU better than one batched run on all of them, and a batch brings nothing there.
+* GPU providers (CUDA EP, TensorRT EP): one synchronous run per batch inside ``submit``, frames copied
+  into one preallocated input array (concurrency is the GPU's business there). Every run has one
+  shape, ``(max_batch, 3, H, W)`` at the nominal size, a smaller batch padded: a new shape makes the
+  CUDA EP search cuDNN's convolution algorithms again (and the TensorRT EP build an engine), which
+  costs far more than the padding.
 
-* CPU provider: ``engine.contexts`` worker threads (``detstream.engine.ctx<i>``,
-  :mod:`app.engines.ort_workers`) share one session whose intra-op pool has
-  ``cores // contexts`` threads. ``submit`` splits the batch into single-frame
-  jobs (fixed-batch chunks for a model with a static batch > 1) and returns at
-  once; frames are bound in place (no copy) and outputs land in rows of the
-  current output set. Measured on 2 cores: 2 concurrent single-frame runs on
-  1 thread each beat one run on 2 threads, and batches > 1 bring nothing.
-* GPU providers (CUDA EP, TensorRT EP): one synchronous run per batch inside
-  ``submit``, frames copied into one preallocated input array (concurrency is
-  the GPU's business there). Every run has one shape, ``(max_batch, 3, H, W)``
-  at the nominal size: a smaller batch is padded. Measured on an H100 with the
-  CUDA EP (onnxruntime-gpu 1.31, yolov3-tiny): a batch of 4 runs in 2.4 ms
-  while the shape stays, but 186 ms when the batch size changes from run to
-  run, because the CUDA EP searches cuDNN's convolution algorithms again for
-  the new shape (36 ms with the ``HEURISTIC`` search); the TensorRT EP would
-  build an engine per shape.
-
-Models whose input height and width are symbolic (``spec.dynamic_hw``) take
-frames letterboxed to any multiple of ``spec.stride`` up to the nominal size
-(:attr:`OrtEngine.accepts_dynamic_hw`) on the CPU provider only, for the same
-reason: on a GPU provider frames stay nominal.
+Models whose input height and width are symbolic (``spec.dynamic_hw``) take frames letterboxed to any
+multiple of ``spec.stride`` up to the nominal size (:attr:`OrtEngine.accepts_dynamic_hw`) on the CPU
+provider only, for the same reason: on a GPU provider frames stay nominal.
 
 No allocation in steady state: outputs are bound to preallocated sets
-(:mod:`app.engines.ort_outputs`) that rotate, and the IO bindings are made
-once per (input size, set, job or batch size) and reused. Where an output has
-a data-dependent size (e.g. an NMS output whose row count depends on the
-image), ONNX Runtime allocates it per run instead.
+(:mod:`app.engines.onnxruntime.outputs`) that rotate, and the IO bindings are made once per (input
+size, set, job or batch size) and reused. Where an output has a data-dependent size (e.g. an NMS
+output whose row count depends on the image), ONNX Runtime allocates it per run instead.
 
-Threading: ``submit`` runs on the engine thread (``detstream.engine``);
-``handle.wait`` on the postprocess thread; ``close`` on whoever owns the
-engine, after the engine thread has stopped submitting.
+Threading: ``submit`` runs on the engine thread (``detstream.engine``); ``handle.wait`` on the
+postprocess thread; ``close`` on whoever owns the engine, after the engine thread has stopped submitting.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import math
-import os
 import threading
 import weakref
 from collections.abc import Sequence
@@ -56,16 +43,15 @@ import numpy as np
 
 from app.config import EngineConfig
 from app.engines.base import Engine, InferenceHandle
-from app.engines.ort_outputs import OutputSets, ShapeEntry
-from app.engines.ort_shapes import OutputShapes
-from app.engines.ort_workers import CpuWorkers, WorkerHandle, first_line
-from app.errors import EngineError, EngineLoadError
+from app.engines.onnxruntime.outputs import OutputSets, ShapeEntry
+from app.engines.onnxruntime.session import CPU, create_session, find_input, intra_op_threads
+from app.engines.onnxruntime.workers import CpuWorkers, WorkerHandle, first_line
+from app.engines.shapes import OutputShapes
+from app.errors import EngineError
 from app.types import ModelSpec
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
-CPU = "CPUExecutionProvider"
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
 
 
@@ -83,16 +69,10 @@ class OrtEngine(Engine):
     """A model on ONNX Runtime (see the module docstring).
 
     ``in_flight`` is how many handles the caller may keep waiting in its queue
-    (``max(2, contexts)``); the outputs of a handle stay valid while that many
-    more batches, plus one, are submitted, because the output sets rotate over
-    ``in_flight + 2``. ``allow_spinning`` is the
-    ``session.intra_op.allow_spinning`` setting: off by default because, on a
-    small CPU, spinning pool threads take the cores the decoder threads need
-    (docs/engines.md has the measurement). ``concurrent`` picks the way to
-    run: None (default) uses the worker threads on the CPU provider and the
-    synchronous path on GPU providers; False forces the synchronous path (the
-    pre-worker behaviour, kept for measurements and tests); True forces
-    workers (untested on GPU providers).
+    (:attr:`app.config.EngineConfig.in_flight`); the outputs of a handle stay valid while that many
+    more batches, plus one, are submitted, because the output sets rotate over ``in_flight + 2``.
+    ``allow_spinning`` is the ``session.intra_op.allow_spinning`` setting: off by default because, on
+    a small CPU, spinning pool threads take the cores the decoder threads need.
     """
 
     def __init__(
@@ -102,33 +82,32 @@ class OrtEngine(Engine):
         providers: list[str] | None = None,
         *,
         allow_spinning: bool = False,
-        concurrent: bool | None = None,
     ) -> None:
         import onnxruntime as ort
 
         self.spec = spec
         self._config = config
-        self._session = _create_session(ort, spec, config, providers, allow_spinning, concurrent)
+        self._session = create_session(ort, spec, config, providers, allow_spinning)
         self.provider = self._session.get_providers()[0]
         self.backend = f"onnxruntime:{self.provider}"
         self._what = f"{self.backend}: inference failed on {spec.path}"
-        model_input = _find_input(self._session, spec)
+        model_input = find_input(self._session, spec)
         self._dtype = np.dtype(_ORT_TYPES.get(model_input.type, np.float32))
         declared = model_input.shape[0]
         self.static_batch: int | None = declared if isinstance(declared, int) and declared > 0 else None
         symbolic_hw = not all(isinstance(d, int) and d > 0 for d in model_input.shape[2:])
-        self._one_shape = self.provider != CPU  # a GPU provider runs one padded, nominal shape (module docstring)
-        self.accepts_dynamic_hw = spec.dynamic_hw and symbolic_hw and not self._one_shape
+        on_cpu = self.provider == CPU  # a GPU provider runs one padded, nominal shape (module docstring)
+        self.accepts_dynamic_hw = spec.dynamic_hw and symbolic_hw and on_cpu
         self._max_batch = config.max_batch
         if self.static_batch is None:
-            self.batch_sizes = (config.max_batch,) if self._one_shape else dynamic_batch_sizes(config.max_batch)
+            self.batch_sizes = dynamic_batch_sizes(config.max_batch) if on_cpu else (config.max_batch,)
             rows = config.max_batch
         else:
             self.batch_sizes = (self.static_batch,)
             self._max_batch = max(config.max_batch, self.static_batch)
             rows = math.ceil(self._max_batch / self.static_batch) * self.static_batch
         self._chunk = self.static_batch or 1
-        self.in_flight = max(2, config.contexts)
+        self.in_flight = config.in_flight
         self._frame_size = 3 * spec.input_height * spec.input_width
         self._output_names = [o.name for o in self._session.get_outputs()]
         nominal = (spec.input_height, spec.input_width)
@@ -144,9 +123,9 @@ class OrtEngine(Engine):
         self._last: list[WorkerHandle | None] = [None] * self._outputs.count
         self._spans = np.zeros((self._outputs.count, rows, 3))  # per job: start, end, CPU s
         self._workers: CpuWorkers | None = None
-        if concurrent if concurrent is not None else self.provider == CPU:
-            one_thread = self.provider == CPU and intra_op_threads(config, CPU, concurrent) == 1
-            self._workers = CpuWorkers(self._session, spec.input_name, self._dtype, config.contexts,
+        if on_cpu:
+            one_thread = intra_op_threads(config, CPU) == 1
+            self._workers = CpuWorkers(self._session, spec.input_name, self._dtype, config.onnxruntime.workers,
                                        measure_cpu=one_thread)
             self.batch_window = False  # every frame runs alone: waiting for company only adds latency
             weakref.finalize(self, self._workers.close)  # an engine dropped without close() still stops its threads
@@ -252,8 +231,7 @@ class OrtEngine(Engine):
             np.copyto(rows[i], frame, casting="same_kind")
         bindings = entry.bindings[s]
         if self.static_batch is None:
-            size = self._max_batch if self._one_shape else n  # padding rows hold earlier frames, never read
-            runs = [(size, 0, size)]
+            runs = [(self._max_batch, 0, self._max_batch)]  # padding rows hold earlier frames, never read
         else:
             b = self.static_batch
             padded = math.ceil(n / b) * b
@@ -302,92 +280,4 @@ def dynamic_batch_sizes(max_batch: int) -> tuple[int, ...]:
         sizes.append(max_batch)
     return tuple(sizes)
 
-
-def physical_cores() -> int:
-    """Physical cores this process may run on (hyper-threads of one core count once)."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-    cores = set()
-    for cpu in cpus:
-        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
-        try:
-            package = (topology / "physical_package_id").read_text().strip()
-            cores.add(f"{package}:{(topology / 'core_id').read_text().strip()}")
-        except OSError:
-            cores.add(f"cpu{cpu}")
-    return max(1, len(cores))
-
-
-def intra_op_threads(config: EngineConfig, provider: str, concurrent: bool | None = None) -> int:
-    """ONNX Runtime intra-op threads: configured, else the physical cores shared out over the CPU workers.
-
-    On the CPU provider ``contexts`` runs go on at once, each on
-    ``cores // contexts`` threads; the synchronous path (GPU providers) runs
-    one batch at a time on all cores (a GPU provider's CPU threads only
-    handle the few nodes left on the host).
-    """
-    if config.intra_op_threads:
-        return config.intra_op_threads
-    workers = concurrent if concurrent is not None else provider == CPU
-    return max(1, physical_cores() // config.contexts) if workers else physical_cores()
-
-
-def _create_session(ort: Any, spec: ModelSpec, config: EngineConfig, providers: list[str] | None, spin: bool,
-                    concurrent: bool | None) -> Any:
-    """The session on the first provider that loads, its intra-op threads sized for the provider really in use."""
-    wanted = list(providers) if providers is not None else list(DEFAULT_PROVIDERS)
-    available = set(ort.get_available_providers())
-    if providers is None and not _nvidia_driver_present():
-        # Without a driver the GPU providers can only fail (loudly, and slowly): do not offer them.
-        available -= {"TensorrtExecutionProvider", "CUDAExecutionProvider"}
-    chosen = [p for p in wanted if p in available] or [CPU]
-    threads = intra_op_threads(config, chosen[0], concurrent)
-    session = _load(ort, spec, config, chosen, threads, spin)
-    if session.get_providers()[0] == CPU and intra_op_threads(config, CPU, concurrent) != threads:
-        # A GPU provider fell back silently (e.g. CUDA libraries missing): size the threads for the CPU workers.
-        session = _load(ort, spec, config, [CPU], intra_op_threads(config, CPU, concurrent), spin)
-    return session
-
-
-def _load(ort: Any, spec: ModelSpec, config: EngineConfig, chosen: list[str], threads: int, spin: bool) -> Any:
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.enable_mem_pattern = True
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-    try:
-        configured = [_with_options(p, config) for p in chosen]
-        return ort.InferenceSession(spec.path, sess_options=options, providers=configured, **spec.ort_session_kwargs())
-    except Exception as error:
-        raise EngineLoadError(f"onnxruntime cannot load {spec.path}: {first_line(error)}") from None
-
-
-def _with_options(provider: str, config: EngineConfig) -> Any:
-    """TensorRT EP options: fp16 as configured and its own engine cache, so a restart does not rebuild."""
-    if provider != "TensorrtExecutionProvider":
-        return provider
-    cache = Path(config.cache_dir or Path.home() / ".cache" / "detstream" / "engines") / "ort-trt"
-    return (provider, {
-        "trt_fp16_enable": config.precision in ("fp16", "int8"),
-        "trt_engine_cache_enable": True,
-        "trt_engine_cache_path": str(cache),
-    })
-
-
-def _nvidia_driver_present() -> bool:
-    """Whether the NVIDIA driver library loads (what every ONNX Runtime GPU provider needs first)."""
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False
-    return True
-
-
-def _find_input(session: Any, spec: ModelSpec) -> Any:
-    for model_input in session.get_inputs():
-        if model_input.name == spec.input_name:
-            return model_input
-    names = [i.name for i in session.get_inputs()]
-    raise EngineLoadError(f"{spec.path}: no input named {spec.input_name!r} (inputs: {names})")
 

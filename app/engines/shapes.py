@@ -1,4 +1,4 @@
-"""Output shapes of an ONNX model once its input height and width are fixed.
+"""Output shapes of an ONNX model once its input height and width are fixed (both backends use it).
 
 Why: exports with dynamic axes often declare outputs like ``(batch, 84,
 anchors)`` or ``(batch, boxes, 85)``; the anchor count follows from the input
@@ -12,9 +12,9 @@ Runs on whichever thread asks (the engine thread for a new input size).
 Memory: :class:`OutputShapes` reads the file once, when the engine is built,
 and keeps a copy whose large initializers hold their dims but not their bytes
 (shape inference reads only the small ones: reshape targets, slice bounds).
-Parsing the whole 35 MB model again for every new input size left ~70 MB
-resident in a running worker (glibc keeps what protobuf freed); the light copy
-is a few hundred kB.
+Parsing the whole model again for every new input size would leave about twice
+the file's size resident (glibc keeps what protobuf freed); the light copy is
+a few hundred kB.
 """
 
 from __future__ import annotations

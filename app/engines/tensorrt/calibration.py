@@ -1,4 +1,4 @@
-"""Frames for INT8 calibration, read from a video file or an image folder.
+"""Frames for INT8 calibration, read from a video file or an image folder, and where a build finds them.
 
 Calibration must see what inference sees, so each frame goes through the same
 letterbox as the pipeline (aspect kept, padded with grey 114, BGR→RGB, CHW,
@@ -9,15 +9,19 @@ Runs on the builder's thread.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
+from app.engines.tensorrt.runtime import BuildOptions
 from app.errors import ModelError
+from app.types import ModelSpec
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 PAD_VALUE = 114
+CALIB_MAX_FRAMES = 512
 
 
 def iter_calibration_frames(source: Path, height: int, width: int, scale: float, limit: int) -> Iterator[np.ndarray]:
@@ -74,3 +78,13 @@ def _read_video(path: Path, limit: int) -> Iterator[np.ndarray]:
             index += 1
     finally:
         capture.release()
+
+
+def calibration_source(options: BuildOptions, spec: ModelSpec, calib: Path | None, cache_dir: Path) -> BuildOptions:
+    """``options`` with calibration frames from ``calib`` (a video or image folder) and a calibration cache."""
+    frames = None
+    if calib is not None:
+        def frames() -> Iterator[np.ndarray]:
+            return iter_calibration_frames(calib, spec.input_height, spec.input_width, spec.scale, CALIB_MAX_FRAMES)
+    cache = cache_dir / f"{Path(spec.path).stem}.calib"
+    return dataclasses.replace(options, calib_frames=frames, calib_cache=cache)

@@ -2,7 +2,7 @@
 
 The TensorRT engine needs only these calls, so they sit behind :class:`Device`:
 on a GPU :class:`CudaDevice` forwards them to ``cuda.bindings.runtime``; on the
-CPU :class:`app.engines.host_device.HostDevice` runs them with threads as
+CPU the test double ``HostDevice`` (tests/unit/engines) runs them with threads as
 streams, so that the scheduler, graphs and error paths are tested for real
 without a GPU.
 

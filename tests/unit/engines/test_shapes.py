@@ -7,7 +7,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from app.engines.ort_shapes import LIGHT_INITIALIZER_BYTES, OutputShapes
+from app.engines.shapes import LIGHT_INITIALIZER_BYTES, OutputShapes
 from app.models.spec import load_model_spec
 
 

@@ -1,10 +1,10 @@
 """TensorRTEngine: a deserialized TensorRT engine run on several execution contexts.
 
-Set-up (engine thread): per context an execution context, a stream, an event,
-device input/output buffers for the largest batch and a small pinned staging
-buffer; ``contexts + 1`` pinned output sets shared by all contexts. Batches are
-scheduled by :class:`~app.engines.scheduler.BatchScheduler` (round-robin,
-buckets, CUDA graphs). ``backend`` is ``tensorrt:<precision>``.
+Set-up (engine thread): per context (``engine.tensorrt.contexts``) an execution context, a stream, an
+event, device input/output buffers for the largest batch and a small pinned staging buffer;
+``contexts + 1`` pinned output sets shared by all contexts. Batches are scheduled by
+:class:`~app.engines.tensorrt.scheduler.BatchScheduler` (round-robin, buckets, CUDA graphs).
+``backend`` is ``tensorrt:<precision>``.
 
 :func:`open_tensorrt_engine` is the whole "try TensorRT" path used by
 ``create_engine``: cache lookup or build, deserialize, contexts, warm-up.
@@ -12,7 +12,6 @@ buckets, CUDA graphs). ``backend`` is ``tensorrt:<precision>``.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 from collections.abc import Sequence
@@ -22,22 +21,23 @@ from pathlib import Path
 import numpy as np
 
 from app.config import EngineConfig
-from app.engines.base import Engine, InferenceHandle
-from app.engines.cache import EngineCacheKey, cache_path, load_or_build
-from app.engines.device import Device
-from app.engines.host_memory import HostBuffer, alloc_host
-from app.engines.ort_shapes import OutputShapes
-from app.engines.scheduler import (
+from app.engines.base import Engine, HostAllocator, InferenceHandle
+from app.engines.cuda.device import Device
+from app.engines.cuda.host_memory import HostBuffer, PinnedAllocator, alloc_host
+from app.engines.shapes import OutputShapes
+from app.engines.tensorrt.cache import EngineCacheKey, cache_path, load_or_build
+from app.engines.tensorrt.calibration import calibration_source
+from app.engines.tensorrt.profiles import bucket_sizes, plan_profiles
+from app.engines.tensorrt.runtime import BuildOptions, TensorInfo, TrtModel, TrtRuntime
+from app.engines.tensorrt.scheduler import (
     DEFAULT_SUBMIT_TIMEOUT_S,
     BatchScheduler,
     ContextSlot,
     OutputPool,
     OutputSet,
-    bucket_sizes,
-    plan_profiles,
 )
-from app.engines.trt_runtime import BuildOptions, TensorInfo, TrtModel, TrtRuntime
 from app.errors import EngineError, EngineLoadError
+from app.models.files import sha256_file
 from app.types import ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class TensorRTEngine(Engine):
         outputs = _resolved_outputs(model, spec)
         frame_shape = (3, spec.input_height, spec.input_width)
         static = inp.shape[0] if inp.shape[0] > 0 else None
-        per_context = _profiles_per_context(model, spec.input_name, config.contexts, static)
+        per_context = _profiles_per_context(model, spec.input_name, config.tensorrt.contexts, static)
         if static is None:
             low, high = per_context[0][0][0], per_context[0][-1][2]
             buckets = bucket_sizes(low, min(high, max(config.max_batch, low)))
@@ -111,13 +111,17 @@ class TensorRTEngine(Engine):
             device, slots, OutputPool(sets, submit_timeout_s),
             input_name=spec.input_name, output_names=[t.name for t in outputs], output_row_bytes=row_bytes,
             frame_shape=frame_shape, frame_dtype=inp.dtype, buckets=buckets, static_batch=static,
-            use_graphs=config.cuda_graphs,
+            use_graphs=config.tensorrt.cuda_graphs,
         )
 
     def _pinned(self, shape: tuple[int, ...], dtype: np.dtype) -> HostBuffer:
         buffer = alloc_host(shape, dtype, device=self._device)
         self._host.append(buffer)
         return buffer
+
+    def host_allocator(self) -> HostAllocator:
+        """Page-locked ring slots, so that the frame copies to the GPU are truly asynchronous."""
+        return PinnedAllocator()
 
     def submit(self, frames: Sequence[np.ndarray]) -> InferenceHandle:
         """Runs on the engine thread: enqueue on the next context and return at once."""
@@ -168,22 +172,21 @@ def open_tensorrt_engine(
     """Cached or freshly built engine → contexts → warm-up. Raises on any failure (caller falls back)."""
     profiles = plan_profiles(1, config.max_batch, config.max_batch)
     key = EngineCacheKey(
-        onnx_sha256=spec.sha256 or file_sha256(Path(spec.path)),
+        onnx_sha256=spec.sha256 or sha256_file(Path(spec.path)),
         trt_version=runtime.version,
         gpu_name=device.device_name(),
         compute_capability=device.compute_capability(),
         precision=config.precision,
         profiles=profiles,
-        contexts=config.contexts,
+        contexts=config.tensorrt.contexts,
     )
     options = BuildOptions(
         input_name=spec.input_name, input_hw=(spec.input_height, spec.input_width), precision=config.precision,
-        profiles=profiles, contexts=config.contexts, timing_cache=cache_dir / "timing.cache",
+        profiles=profiles, contexts=config.tensorrt.contexts, timing_cache=cache_dir / "timing.cache",
     )
     if config.precision == "int8":
-        from app.engines.trt_build import calibration_source
-
-        options = calibration_source(options, spec, Path(config.calib) if config.calib else None, cache_dir)
+        calib = config.tensorrt.calib
+        options = calibration_source(options, spec, Path(calib) if calib else None, cache_dir)
     path = cache_path(cache_dir, Path(spec.path).stem, key)
     blob = load_or_build(path, key, lambda: runtime.build(Path(spec.path), options))
     engine = TensorRTEngine(spec, config, device, runtime.deserialize(blob))
@@ -193,14 +196,6 @@ def open_tensorrt_engine(
         engine.close()
         raise
     return engine
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _input_tensor(model: TrtModel, spec: ModelSpec) -> TensorInfo:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import DTypeLike
 
-from app.engines.device import CudaDevice, Device
+from app.engines.cuda.device import CudaDevice, Device
 from app.errors import EngineError, StateError
 
 logger = logging.getLogger(__name__)

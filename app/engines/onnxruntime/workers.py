@@ -2,9 +2,8 @@
 
 Why: on a small CPU one session whose intra-op pool spans every core loses
 time in the synchronisation of its parallel sections; N runs at once, each on
-cores/N intra-op threads, keep the cores busy (docs/engines.md has the
-measurements: 2 concurrent single-frame runs on 1-thread sessions beat one
-run on 2 threads by 5-20 %). ``InferenceSession.run_with_iobinding`` releases
+cores/N intra-op threads, keep the cores busy instead (BENCHMARKS.md has
+the figures). ``InferenceSession.run_with_iobinding`` releases
 the GIL for the whole run and is thread-safe as long as every concurrent run
 has its own ``IOBinding``, so N Python threads share one session (one copy of
 the weights, one arena).

@@ -1,11 +1,8 @@
-"""The seam between detstream and the ``tensorrt`` module (TensorRT ≥ 10, tensor-name API only).
+"""The real ``tensorrt`` module behind the :mod:`app.engines.tensorrt.runtime` seam (TensorRT ≥ 10, tensor-name API).
 
-Why a seam: the scheduler, graph handling, caching and fallback are the parts
-that go wrong, and they must be tested on machines without a GPU. Everything
-the TensorRT path asks of TensorRT goes through :class:`TrtRuntime`,
-:class:`TrtModel` and :class:`TrtContext`; :class:`RealTrtRuntime` forwards
-to ``tensorrt``, and tests pass a host fake that computes with numpy on
-:class:`~app.engines.host_device.HostDevice` memory.
+``tensorrt`` is an optional dependency: it is imported only by :func:`import_tensorrt`, when a TensorRT
+engine is asked for, and a missing or too old module is an :class:`EngineLoadError` that makes
+``create_engine`` fall back.
 
 Thread ownership: a context and its stream belong to the engine thread.
 """
@@ -14,86 +11,20 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from app.engines.device import Stream
+from app.engines.cuda.device import Stream
+from app.engines.tensorrt.build import build_serialized
+from app.engines.tensorrt.runtime import BuildOptions, TensorInfo
 from app.errors import EngineError, EngineLoadError
 
 logger = logging.getLogger(__name__)
 
 MIN_TRT_MAJOR = 10
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """One engine input/output: ``shape`` has -1 where a dim is dynamic (the batch dim, usually)."""
-
-    name: str
-    is_input: bool
-    shape: tuple[int, ...]
-    dtype: np.dtype
-
-
-@dataclass(frozen=True)
-class BuildOptions:
-    """What to build: ``profiles`` is one set of batch ranges ``(min, opt, max)``, repeated ``contexts`` times.
-
-    The set is repeated because two execution contexts running at once must
-    not share an optimization profile of a dynamic-shape engine; context *c*
-    uses profiles ``c * len(profiles) ...``.
-    """
-
-    input_name: str
-    input_hw: tuple[int, int]
-    precision: str
-    profiles: tuple[tuple[int, int, int], ...]
-    contexts: int = 1
-    calib_frames: Callable[[], Iterator[np.ndarray]] | None = None
-    calib_cache: Path | None = None
-    timing_cache: Path | None = None
-    progress: bool = False
-    workspace_bytes: int = 1 << 30
-
-
-class TrtContext(Protocol):
-    """An execution context (``IExecutionContext``), owned by one stream."""
-
-    def set_optimization_profile(self, index: int, stream: Stream) -> None: ...
-
-    def set_input_shape(self, name: str, shape: tuple[int, ...]) -> None: ...
-
-    def set_tensor_address(self, name: str, ptr: int) -> None: ...
-
-    def execute(self, stream: Stream) -> None:
-        """Enqueue inference on ``stream`` (``execute_async_v3``); raises :class:`EngineError` if refused."""
-        ...
-
-
-class TrtModel(Protocol):
-    """A deserialized engine (``ICudaEngine``)."""
-
-    tensors: tuple[TensorInfo, ...]
-    num_profiles: int
-
-    def profile_batch_range(self, input_name: str, index: int) -> tuple[int, int, int]: ...
-
-    def create_context(self) -> TrtContext: ...
-
-
-class TrtRuntime(Protocol):
-    """Build and deserialize engines."""
-
-    version: str
-
-    def build(self, onnx_path: Path, options: BuildOptions) -> bytes: ...
-
-    def deserialize(self, blob: bytes) -> TrtModel: ...
 
 
 def import_tensorrt() -> ModuleType:
@@ -144,8 +75,6 @@ class RealTrtRuntime:
         return cls(import_tensorrt())
 
     def build(self, onnx_path: Path, options: BuildOptions) -> bytes:
-        from app.engines.trt_build import build_serialized
-
         return build_serialized(self._trt, self._logger, onnx_path, options)
 
     def deserialize(self, blob: bytes) -> RealTrtModel:

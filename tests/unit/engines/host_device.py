@@ -1,4 +1,4 @@
-"""HostDevice: the :class:`~app.engines.device.Device` calls carried out on the CPU, for tests.
+"""HostDevice: the :class:`~app.engines.cuda.device.Device` calls carried out on the CPU, for tests.
 
 It behaves like CUDA where the scheduler can tell the difference:
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.engines.device import Device
+from app.engines.cuda.device import Device
 from app.errors import EngineError
 from app.threads import StageThread
 

@@ -1,10 +1,10 @@
 """Building TensorRT engines from ONNX: parser, profiles, fp16/int8, timing cache, progress.
 
-Used two ways: by :class:`~app.engines.trt_runtime.RealTrtRuntime.build` when
+Used two ways: by :meth:`~app.engines.tensorrt.adapter.RealTrtRuntime.build` when
 ``create_engine`` finds no cached engine, and by the ``build-engine`` command
-(:func:`build_engine_main`) to build ahead of time. Both write the same cache
-file (see :mod:`app.engines.cache`), so a pre-built engine is picked up when
-its key matches (batch ``1:max:max``, the configured contexts and precision).
+(:mod:`app.engines.tensorrt.prebuild`) to build ahead of time. Both write the same
+cache file (see :mod:`app.engines.tensorrt.cache`), so a pre-built engine is picked
+up when its key matches (batch ``1:max:max``, the configured contexts and precision).
 
 INT8 uses TensorRT's entropy calibrator (implicit quantization), which exists
 in TensorRT 10 (deprecated there) and is gone in 11; there an INT8 build is
@@ -14,7 +14,6 @@ Runs on the calling thread; a build takes minutes and is logged by phase.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,19 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from app.engines.cache import EngineCacheKey, cache_path, write_cached
-from app.engines.calibration import iter_calibration_frames
-from app.engines.device import CudaDevice, Device
-from app.engines.host_memory import alloc_host
-from app.engines.scheduler import plan_profiles
-from app.engines.trt_runtime import BuildOptions, RealTrtRuntime, import_tensorrt
-from app.errors import EngineError, EngineLoadError, ModelError
-from app.types import ModelSpec
+from app.engines.cuda.device import CudaDevice, Device
+from app.engines.cuda.host_memory import alloc_host
+from app.engines.tensorrt.runtime import BuildOptions
+from app.errors import EngineError, EngineLoadError
 
 logger = logging.getLogger(__name__)
 
 CALIB_BATCH = 8
-CALIB_MAX_FRAMES = 512
 
 
 def build_serialized(trt: ModuleType, trt_logger: Any, onnx_path: Path, options: BuildOptions) -> bytes:
@@ -188,68 +182,3 @@ def _attach_progress(trt: ModuleType, config: Any) -> None:
             logger.debug("tensorrt build: %s done", phase_name)
 
     config.progress_monitor = PhaseLogger()
-
-
-def calibration_source(options: BuildOptions, spec: ModelSpec, calib: Path | None, cache_dir: Path) -> BuildOptions:
-    """``options`` with calibration frames from ``calib`` (a video or image folder) and a calibration cache."""
-    frames = None
-    if calib is not None:
-        def frames() -> Iterator[np.ndarray]:
-            return iter_calibration_frames(calib, spec.input_height, spec.input_width, spec.scale, CALIB_MAX_FRAMES)
-    cache = cache_dir / f"{Path(spec.path).stem}.calib"
-    return dataclasses.replace(options, calib_frames=frames, calib_cache=cache)
-
-
-def build_engine_main(
-    onnx_path: Path,
-    *,
-    fp16: bool,
-    int8: bool,
-    calib: Path | None,
-    batch: tuple[int, int, int],
-    cache_dir: Path,
-    progress: bool,
-    contexts: int = 2,
-) -> Path:
-    """The ``build-engine`` command: build the engine for ``onnx_path`` into ``cache_dir``; returns its file."""
-    onnx_path, cache_dir = Path(onnx_path), Path(cache_dir).expanduser()
-    try:
-        device = CudaDevice.open()
-        runtime = RealTrtRuntime(import_tensorrt())
-    except EngineLoadError as error:
-        raise EngineLoadError(f"build-engine needs an NVIDIA GPU with TensorRT ≥ 10: {error}") from None
-    spec = _spec_from_onnx(onnx_path)
-    precision = "int8" if int8 else "fp16" if fp16 else "fp32"
-    profiles = plan_profiles(*batch)
-    from app.engines.tensorrt import file_sha256
-
-    key = EngineCacheKey(file_sha256(onnx_path), runtime.version, device.device_name(), device.compute_capability(),
-                         precision, profiles, contexts)
-    options = BuildOptions(spec.input_name, (spec.input_height, spec.input_width), precision, profiles, contexts,
-                           timing_cache=cache_dir / "timing.cache", progress=progress)
-    if int8:
-        options = calibration_source(options, spec, calib, cache_dir)
-    path = cache_path(cache_dir, onnx_path.stem, key)
-    write_cached(path, key, runtime.build(onnx_path, options))
-    logger.info("engine written to %s", path)
-    return path
-
-
-def _spec_from_onnx(onnx_path: Path) -> ModelSpec:
-    """Input name and size straight from the ONNX file (the builder needs nothing else)."""
-    import onnx
-
-    try:
-        model = onnx.load(str(onnx_path), load_external_data=False)
-    except Exception as error:
-        raise ModelError(f"{onnx_path}: not a readable ONNX model ({error})") from None
-    initializers = {i.name for i in model.graph.initializer}
-    inputs = [i for i in model.graph.input if i.name not in initializers]
-    if not inputs:
-        raise ModelError(f"{onnx_path}: the model has no input")
-    dims = [d.dim_value if d.HasField("dim_value") else -1 for d in inputs[0].type.tensor_type.shape.dim]
-    if len(dims) != 4 or dims[2] <= 0 or dims[3] <= 0:
-        raise ModelError(f"{onnx_path}: input {inputs[0].name} is {dims}; need N×3×H×W with fixed H and W")
-    return ModelSpec(name=onnx_path.stem, path=str(onnx_path), input_name=inputs[0].name, input_height=dims[2],
-                     input_width=dims[3], layout="yolov8", class_names=(),
-                     static_batch=dims[0] if dims[0] > 0 else None)
