@@ -10,7 +10,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,13 +49,6 @@ def atomic_write_bytes(target: Path, data: bytes) -> Path:
     """Write ``data`` to ``target`` atomically."""
     with atomic_output(target) as tmp:
         tmp.write_bytes(data)
-    return target
-
-
-def atomic_copy(source: Path, target: Path) -> Path:
-    """Copy ``source`` to ``target`` atomically."""
-    with atomic_output(target) as tmp:
-        shutil.copyfile(source, tmp)
     return target
 
 

@@ -15,9 +15,9 @@ alternatives stay reachable through :class:`QuantOptions` for other hardware.
 
 A model with a dynamic input size stays dynamic: calibration frames are
 letterboxed as the pipeline will feed them (rectangular, see
-:mod:`app.models.calibration`), and the output records the fp32 file it came
+:mod:`app.models.quantization.calibration`), and the output records the fp32 file it came
 from (``detstream.quantized_from``, its sha256) so a stale INT8 model can be
-told from a current one (:mod:`app.models.provenance`).
+told from a current one (:mod:`app.models.store.provenance`).
 """
 
 from __future__ import annotations
@@ -33,21 +33,18 @@ from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, 
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
 from app.errors import ModelError
-from app.models.agreement import detection_agreement
-from app.models.calibration import FrameReader, InputFit, calibration_frames
-from app.models.files import atomic_output
-from app.models.provenance import (
+from app.models.quantization.calibration import FrameReader, InputFit, calibration_frames
+from app.models.spec import DISABLED_OPTIMIZERS, load_model_spec
+from app.models.store.files import atomic_output
+from app.models.store.provenance import (
     CALIBRATED_ON,
     CALIBRATION_FRAMES,
     QUANTIZED_FROM,
     QUANTIZER_VERSION,
     QUANTIZER_VERSION_KEY,
 )
-from app.models.spec import DISABLED_OPTIMIZERS, load_model_spec
 
 logger = logging.getLogger(__name__)
-
-__all__ = ["QuantOptions", "default_output", "detection_agreement", "head_nodes", "quantize_model", "stem_nodes"]
 
 HEAD_PREFIX = "head/"
 STEM_OPTIMIZER_OFF = "QDQPropagationTransformer"
