@@ -7,11 +7,11 @@ input (e.g. 416×416); ``frame`` pixels are the original decoded frame.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
-OutputLayout = Literal["yolov5", "yolov8", "nms"]
+OutputLayout = str
+"""A name registered in :data:`app.postprocess.layouts.LAYOUTS` (``yolov5``, ``yolov8``, ``nms``, ...)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ def cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def vtest_int8(default_model, vtest, tmp_path_factory):
-    from app.models.quantize import quantize_model
+    from app.models.quantization.quantize import quantize_model
 
     return quantize_model(default_model, vtest, tmp_path_factory.mktemp("int8") / "m-int8.onnx",
                           frames=CALIBRATION_FRAMES)
