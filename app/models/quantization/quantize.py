@@ -43,6 +43,7 @@ from app.models.store.provenance import (
     QUANTIZER_VERSION,
     QUANTIZER_VERSION_KEY,
 )
+from app.postprocess.layouts import LAYOUTS
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +180,7 @@ def quantize_model(model_path: Path | str, calib_source: Path | str, out_path: P
     source_model = onnx.load(str(model_path))
     if any(node.op_type in ("QuantizeLinear", "DequantizeLinear", "QLinearConv") for node in source_model.graph.node):
         raise ModelError(f"{model_path}: already quantized; quantize the fp32 model instead")
-    if spec.layout == "nms":
+    if LAYOUTS[spec.layout].suppressed:
         logger.warning("%s: an in-graph NMS output quantizes poorly; check the agreement numbers", model_path)
     data = calibration_frames(Path(calib_source), frames, InputFit.of(spec))
     with tempfile.TemporaryDirectory(prefix="detstream-quantize-") as tmp:
