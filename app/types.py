@@ -50,7 +50,7 @@ class ModelSpec:
     ``input_height`` × ``input_width`` (rectangular letterbox); the input size
     is then the nominal (largest) one. ``ort_disabled_optimizers``: ONNX
     Runtime graph optimizers the file asks sessions to skip (metadata
-    ``detstream.ort_disabled_optimizers``; see :mod:`app.models.quantize`).
+    ``detstream.ort_disabled_optimizers``; see :mod:`app.models.quantization.quantize`).
     """
 
     name: str

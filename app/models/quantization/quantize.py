@@ -8,10 +8,10 @@ in fp32, because box coordinates in pixels and probabilities near 0 and 1 are
 exactly what one 8-bit scale per tensor represents badly. So does the stem
 (the first convolution, on the image itself, with its activation and pooling:
 :func:`stem_nodes`): it has 27 weights per output channel and feeds every
-later layer, and INT8 kernels run a 3-channel input poorly anyway. Keeping it
-in fp32 measured both closer to fp32 and faster (docs/models.md). The defaults are the
-best of what docs/models.md reports measuring on a 2-core CPU; the
-alternatives stay reachable through :class:`QuantOptions` for other hardware.
+later layer, and INT8 kernels run a 3-channel input poorly anyway, so keeping
+it in fp32 is both closer to fp32 and faster. The defaults are the best
+settings on x86 CPUs (docs/models.md); the alternatives stay reachable
+through :class:`QuantOptions` for other hardware.
 
 A model with a dynamic input size stays dynamic: calibration frames are
 letterboxed as the pipeline will feed them (rectangular, see
@@ -51,8 +51,8 @@ HEAD_PREFIX = "head/"
 STEM_OPTIMIZER_OFF = "QDQPropagationTransformer"
 """Listed under ``detstream.ort_disabled_optimizers`` for a model with an fp32 stem: that pass
 moves the stem's QuantizeLinear above its MaxPool, which then runs on uint8 in
-ONNX Runtime's plain NCHW kernel (4 ms per 416x192 frame, against 0.2 ms for
-the fp32 NCHWc one). The move changes no value (max-pooling commutes with a
+ONNX Runtime's plain NCHW kernel, an order of magnitude slower than the fp32
+NCHWc one. The move changes no value (max-pooling commutes with a
 monotonic quantization), so skipping it changes only the speed."""
 STEM_OPS = frozenset({"Relu", "LeakyRelu", "Clip", "MaxPool", "BatchNormalization", "HardSigmoid"})
 """Single-input operators that may follow the first convolution inside the fp32 stem."""
@@ -63,14 +63,14 @@ _METHODS = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Ent
 
 @dataclass(frozen=True, slots=True)
 class QuantOptions:
-    """How to quantize; the defaults are the measured best on x86 CPUs (see docs/models.md).
+    """How to quantize; the defaults are the best settings on x86 CPUs (see docs/models.md).
 
     ``exclude_output_convs`` also keeps the convolutions that feed only the
     decode (the 1x1 detection convs) in fp32. ``moving_average`` smooths the
     per-frame min/max (ORT's ``CalibMovingAverage``, constant 0.01) instead of
     taking the extremes over all frames: one odd frame no longer stretches a
-    range, which measured F1 0.970 vs 0.956 on vtest and 0.90 vs 0.86 on
-    bikes. It weights early frames more, which is why frames are spread over
+    range, which keeps the INT8 model's detections closer to fp32's. It
+    weights early frames more, which is why frames are spread over
     the whole clip.
     """
 
