@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.bench.clips import resolve_clip
 from app.bench.machine import machine_info
-from app.models.agreement import detect, f1_agreement
+from app.models.quantization.agreement import detect, f1_agreement
 from app.models.spec import load_model_spec
 from app.preprocess import PAD_VALUE, fit_input_size, letterbox_into
 from app.sources.rgb import RgbConverter

@@ -26,7 +26,7 @@ from app.bench import clips as clip_tools
 from app.bench.common import stat, wait_for_quiet
 from app.bench.file_mode import run_file_mode
 from app.bench.model_only import load_frames, measure_round, prepare, summarize
-from app.models.provenance import calibration_of, stale_int8_reason
+from app.models.store.provenance import calibration_of, stale_int8_reason
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def int8_path(model_path: Path) -> Path:
 
 def ensure_int8(model_path: Path, calib: Path, frames: int) -> Path:
     """``<model>-int8.onnx``, quantized now when missing or made from another fp32 file (e.g. an older converter)."""
-    from app.models.quantize import quantize_model
+    from app.models.quantization.quantize import quantize_model
 
     path = int8_path(model_path)
     if path.exists():
@@ -59,7 +59,7 @@ def own_calibration_model(model_path: Path, clip: Path, frames: int, cache_dir: 
     name carries the clip's path, size and mtime, so another clip of the same name gets its own file. (The
     cache's pruning deletes clip copies only; these few files stay.)
     """
-    from app.models.quantize import quantize_model
+    from app.models.quantization.quantize import quantize_model
 
     path = cache_dir / clip_tools.cache_name(clip, f"{model_path.stem}-int8-calib{frames}", ".onnx")
     if path.exists() and stale_int8_reason(path, model_path) is None:
@@ -93,7 +93,7 @@ def agreement_by_clip(fp32_model: Path, bench_model: Path, clips: dict[str, Path
 
 def agreement(fp32_model: Path, int8_model: Path, clip: Path, count: int, calibration_frames: int) -> dict[str, Any]:
     """F1 of INT8 against fp32 on ``count`` frames of ``clip`` that calibration skipped."""
-    from app.models.agreement import detection_agreement
+    from app.models.quantization.agreement import detection_agreement
 
     result = detection_agreement(fp32_model, int8_model, clip, frames=count, calibration_frames=calibration_frames)
     return {**result, "method": "app.models.agreement.detection_agreement: frames between the calibration frames, "
