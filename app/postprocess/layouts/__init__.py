@@ -12,8 +12,8 @@ Each layout is one module (a :class:`~app.postprocess.layouts.base.Layout`
 subclass and its ``LAYOUT`` instance). :data:`LAYOUTS` is the registry that
 ``model.format``, :func:`app.models.spec.load_model_spec` and
 :func:`app.postprocess.yolo.decode_batch` read; adding a layout is a new
-module plus its entry in ``_BUILTIN`` (or one :func:`register` call from
-outside the package). docs/models.md, "Adding an output layout", walks
+module plus its entry in ``_BUILTIN`` below (or one :func:`register` call
+from outside the package). docs/models.md, "Adding an output layout", walks
 through one.
 """
 
