@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import IO, Literal
 
 from app.errors import ModelError, SourceError
-from app.models.cache import cache_root
-from app.models.download import pip_download
-from app.models.files import atomic_output, exclusive_lock
-from app.models.progress import Reporter
+from app.models.store.cache import cache_root
+from app.models.store.download import pip_download
+from app.models.store.files import atomic_output, exclusive_lock
+from app.models.store.progress import Reporter
 
 logger = logging.getLogger(__name__)
 

@@ -138,7 +138,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                           cache_dir=args.cache_dir or TensorRTConfig().engine_cache_dir, progress=True)
         return 0
     if args.command == "quantize":
-        from app.models.quantize import quantize_model
+        from app.models.quantization.quantize import quantize_model
 
         out = quantize_model(args.model, args.calib, args.out, frames=args.frames)
         print(f"wrote {out}")

@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from app.errors import ConfigError
+from app.postprocess.layouts import LAYOUTS, known
 from app.redact import redact_url
 
 NETWORK_SCHEMES = ("rtsp", "rtsps", "http", "https")
@@ -131,7 +132,8 @@ class ModelConfig(StrictModel):
 
     name: str | None = Field("yolov3-tiny", description="a known model name (see `detstream models list`)")
     path: str | None = Field(None, description="an ONNX file; overrides name")
-    format: Literal["yolov5", "yolov8", "nms"] | None = Field(None, description="output layout; default from metadata")
+    format: str | None = Field(None, description="output layout, a name registered in app.postprocess.layouts "
+                               "(see docs/models.md); default from the file's metadata, else from the output shape")
     names_file: str | None = Field(None, description="class names, one per line; default from metadata or COCO-80")
     conf_threshold: float = Field(0.25, ge=0, le=1)
     iou_threshold: float = Field(0.45, ge=0, le=1)
@@ -140,6 +142,13 @@ class ModelConfig(StrictModel):
     rect: bool = Field(True, description="letterbox each frame to the smallest multiple of the model's stride that "
                        "holds it (4:3 -> 416x320) instead of the full square input, when the model's input size is "
                        "dynamic and the engine accepts it; less padding, less compute")
+
+    @field_validator("format")
+    @classmethod
+    def _registered_layout(cls, name: str | None) -> str | None:
+        if name is not None and name not in LAYOUTS:
+            raise ValueError(f"unknown output layout {name!r} (registered: {known()})")
+        return name
 
 
 class TensorRTConfig(StrictModel):

@@ -10,7 +10,7 @@ from rich.table import Column, Table
 
 
 def models_command(args: argparse.Namespace) -> int:
-    from app.models.registry import ensure_default_model, list_models, stale_reason
+    from app.models.store.registry import ensure_default_model, list_models, stale_reason
 
     if args.models_command == "fetch":
         path = ensure_default_model(args.models_dir, None)
@@ -24,7 +24,7 @@ def models_command(args: argparse.Namespace) -> int:
             for clip in ("vtest.avi", "bikes.mp4"):
                 print(f"clip: {fetch_clip(clip, None)}")
         return 0
-    from app.models.provenance import calibration_of
+    from app.models.store.provenance import calibration_of
 
     # long words (names, paths, metadata keys) fold over lines rather than end in "…": an operator copies them
     table = Table(*(Column(title, overflow="fold") for title in ("name", "present", "path", "size", "note")))

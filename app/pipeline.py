@@ -28,8 +28,8 @@ from app.engines import create_engine
 from app.engines.base import Engine
 from app.errors import ConfigError
 from app.metrics import PipelineMetrics
-from app.models.registry import ensure_default_model, resolve_model
 from app.models.spec import load_model_spec
+from app.models.store.registry import ensure_default_model, resolve_model
 from app.publish.zmq import ZmqPublisher
 from app.ring import FrameRing, aligned_empty
 from app.sources import create_source

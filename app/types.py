@@ -7,11 +7,11 @@ input (e.g. 416×416); ``frame`` pixels are the original decoded frame.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
-OutputLayout = Literal["yolov5", "yolov8", "nms"]
+OutputLayout = str
+"""A name registered in :data:`app.postprocess.layouts.LAYOUTS` (``yolov5``, ``yolov8``, ``nms``, ...)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +50,7 @@ class ModelSpec:
     ``input_height`` × ``input_width`` (rectangular letterbox); the input size
     is then the nominal (largest) one. ``ort_disabled_optimizers``: ONNX
     Runtime graph optimizers the file asks sessions to skip (metadata
-    ``detstream.ort_disabled_optimizers``; see :mod:`app.models.quantize`).
+    ``detstream.ort_disabled_optimizers``; see :mod:`app.models.quantization.quantize`).
     """
 
     name: str

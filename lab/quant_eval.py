@@ -7,7 +7,7 @@ evenly spaced frames of the clip), then fp32 and INT8 sessions take turns
 run by run for ``--seconds`` per batch size, so that a neighbour's load hits
 both alike; fps is frames per median (and per 10th-percentile) batch latency.
 F1 is measured on frames halfway between the calibration frames (see
-:mod:`app.models.agreement`). Frames are letterboxed as the pipeline feeds
+:mod:`app.models.quantization.agreement`). Frames are letterboxed as the pipeline feeds
 the model: for a dynamic-input model (converter v2) at the clip's rectangle,
 416x320 for vtest and 416x192 for bikes. This is a measuring tool for
 docs/models.md, not part of the product (``lab/`` imports ``app``, never the reverse).
@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from app.models.agreement import detect, f1_agreement, held_out_indices, load_inputs, session
-from app.models.calibration import video_frame_count
-from app.models.quantize import QuantOptions, quantize_model
+from app.models.quantization.agreement import detect, f1_agreement, held_out_indices, load_inputs, session
+from app.models.quantization.calibration import video_frame_count
+from app.models.quantization.quantize import QuantOptions, quantize_model
 from app.models.spec import load_model_spec
 
 logger = logging.getLogger(__name__)

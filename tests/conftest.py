@@ -36,7 +36,7 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def default_model() -> Path:
-    from app.models.registry import ensure_default_model
+    from app.models.store.registry import ensure_default_model
 
     return ensure_default_model(ROOT / "models", None)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from app.models.provenance import stale_int8_reason
-from app.models.quantize import default_output, quantize_model
+from app.models.quantization.quantize import default_output, quantize_model
+from app.models.store.provenance import stale_int8_reason
 
 logger = logging.getLogger(__name__)
 

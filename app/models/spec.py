@@ -4,10 +4,13 @@ The file is the source of truth: input size, layout and class names travel in
 ``metadata_props`` (``detstream.*`` keys; Ultralytics' ``names``/``imgsz`` are
 read too), so ``--model path.onnx`` needs no side files. Precedence:
 
-* layout: ``model.format`` (``layout_override``), else ``detstream.layout``,
-  else inferred from the output shape when that is unambiguous. An override
-  that contradicts the metadata, or any layout the output shape cannot hold,
-  is an error naming both, never a guess.
+* layout (:mod:`app.postprocess.layouts`): ``model.format``
+  (``layout_override``), trusted whenever the output shape can hold it; else
+  ``detstream.layout``, which must also be oriented as that layout's models
+  are; else inferred from the output shape when exactly one layout says so
+  (an ambiguous shape is an error asking for ``model.format``). An override
+  that contradicts the metadata, or a layout the output shape cannot hold, is
+  an error naming both, never a guess.
 * class names: ``model.names_file``, else ``detstream.class_names``, else
   Ultralytics ``names``, else COCO-80 (for 80 classes or an nms output).
 * input size: the graph's fixed H×W, else ``detstream.input_size``, else
@@ -26,15 +29,15 @@ import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import cast
 
 import onnx
 from google.protobuf.message import DecodeError
 
 from app.errors import ModelError
 from app.models.coco import COCO80
-from app.models.layouts import LAYOUTS, SHAPES, Dim, class_count, fits, infer_layout, show
-from app.types import ModelSpec, OutputLayout
+from app.postprocess.layouts import LAYOUTS, fitting_layouts, infer_layout, known
+from app.postprocess.layouts.base import Dim, show
+from app.types import ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -143,27 +146,34 @@ def _stride(path: Path, meta: dict[str, str]) -> int:
     return stride
 
 
-def _layout(path: Path, shape: list[Dim], meta: dict[str, str], override: str | None) -> OutputLayout:
+def _layout(path: Path, shape: list[Dim], meta: dict[str, str], override: str | None) -> str:
     declared_meta = meta.get("detstream.layout")
     for source, value in (("model.format", override), ("metadata detstream.layout", declared_meta)):
         if value is not None and value not in LAYOUTS:
-            raise ModelError(f"{path}: {source} is {value!r}, not a known layout ({', '.join(LAYOUTS)})")
+            raise ModelError(f"{path}: {source} is {value!r}, not a known layout ({known()})")
     if override and declared_meta and override != declared_meta:
         raise ModelError(f"{path}: model.format says {override} but the file's metadata says {declared_meta}")
-    declared = override or declared_meta
     inferred = infer_layout(shape)
+    declared = override or declared_meta
     if declared is None:
-        if inferred is None:
-            known = "; ".join(f"{name} {SHAPES[name]}" for name in LAYOUTS)
-            raise ModelError(f"{path}: output shape {show(shape)} matches no known layout ({known}); "
-                             "set model.format if it is one of them")
-        return inferred
-    if not fits(declared, shape):
+        if inferred is not None:
+            return inferred
+        candidates = fitting_layouts(shape)
+        if len(candidates) > 1:
+            could_be = " or ".join(f"{name} {LAYOUTS[name].shape}" for name in candidates)
+            raise ModelError(f"{path}: output shape {show(shape)} is ambiguous (it could be {could_be}); "
+                             "set model.format to say which")
+        listed = "; ".join(f"{name} {layout.shape}" for name, layout in LAYOUTS.items())
+        raise ModelError(f"{path}: output shape {show(shape)} matches no known layout ({listed}); "
+                         "set model.format if it is one of them")
+    layout = LAYOUTS[declared]
+    # the user's model.format is trusted on any shape that can hold it; metadata must also be oriented as usual
+    if not (layout.fits(shape) if override else layout.oriented(shape)):
         source = "model.format" if override else "metadata"
         hint = f"; it looks like {inferred}" if inferred else ""
         raise ModelError(f"{path}: layout {declared} (from {source}) does not fit output shape {show(shape)} "
-                         f"({declared} is {SHAPES[declared]}){hint}")
-    return cast(OutputLayout, declared)
+                         f"({declared} is {layout.shape}){hint}")
+    return declared
 
 
 def _read_names_file(names_file: str) -> tuple[str, ...]:
@@ -224,7 +234,7 @@ def load_model_spec(path: Path | str, *, name: str | None = None, layout_overrid
         input_height=height,
         input_width=width,
         layout=layout,
-        class_names=_names(path, meta, names_file, class_count(layout, out_shape)),
+        class_names=_names(path, meta, names_file, LAYOUTS[layout].class_count(out_shape)),
         static_batch=dims[0] if isinstance(dims[0], int) and dims[0] > 0 else None,
         scale=scale,
         sha256=sha256,

@@ -20,8 +20,8 @@ import pytest
 from app.config import EngineConfig
 from app.engines import create_engine
 from app.engines.onnxruntime import OrtEngine
-from app.models.agreement import CONF_THRESHOLD, NMS_IOU, f1_agreement
-from app.models.calibration import InputFit, decode_frames, evenly_spaced
+from app.models.quantization.agreement import CONF_THRESHOLD, NMS_IOU, f1_agreement
+from app.models.quantization.calibration import InputFit, decode_frames, evenly_spaced
 from app.models.spec import load_model_spec
 from app.postprocess.yolo import decode_batch
 from app.preprocess import letterbox_into

@@ -24,9 +24,9 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from app.models import fetch
-from app.models.cache import cache_root
-from app.models.darknet import convert_darknet
+from app.models.darknet.converter import convert_darknet
+from app.models.store import fetch
+from app.models.store.cache import cache_root
 
 SIZE = 416
 RECT = {"vtest": (320, 416), "bikes": (192, 416)}  # (H, W): the frame scaled into 416, sides rounded up to 32

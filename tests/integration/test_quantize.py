@@ -16,10 +16,10 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from app.models.calibration import evenly_spaced
-from app.models.provenance import calibration_of, stale_int8_reason
-from app.models.quantize import quantize_model
+from app.models.quantization.calibration import evenly_spaced
+from app.models.quantization.quantize import quantize_model
 from app.models.spec import load_model_spec
+from app.models.store.provenance import calibration_of, stale_int8_reason
 from tests.integration.test_default_model import RECT, class_names, detect, frames, letterbox
 
 CALIBRATION_FRAMES = 20

@@ -103,6 +103,8 @@ BAD_CONFIGS = [
                  "less than or equal to 1", id="threshold-above-one"),
     pytest.param({"sources": ONE_FILE, "model": {"classes": "person"}}, "model.classes", "valid list",
                  id="classes-not-a-list"),
+    pytest.param({"sources": ONE_FILE, "model": {"format": "ssd"}}, "model.format",
+                 "unknown output layout 'ssd' (registered: yolov5, yolov8, nms)", id="unknown-model-format"),
     pytest.param({"sources": ONE_FILE, "duration_s": -3}, "duration_s", "greater than 0", id="negative-duration"),
     pytest.param({"sources": ONE_FILE, "log": {"format": "xml"}}, "log.format", "'text' or 'json'",
                  id="unknown-log-format"),

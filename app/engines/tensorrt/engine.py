@@ -37,7 +37,7 @@ from app.engines.tensorrt.scheduler import (
     OutputSet,
 )
 from app.errors import EngineError, EngineLoadError
-from app.models.files import sha256_file
+from app.models.store.files import sha256_file
 from app.types import ModelSpec
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from app.engines.tensorrt.calibration import calibration_source
 from app.engines.tensorrt.profiles import plan_profiles
 from app.engines.tensorrt.runtime import BuildOptions
 from app.errors import EngineLoadError, ModelError
-from app.models.files import sha256_file
+from app.models.store.files import sha256_file
 from app.types import ModelSpec
 
 logger = logging.getLogger(__name__)

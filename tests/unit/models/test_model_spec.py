@@ -15,8 +15,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from app.errors import ModelError
 from app.models.coco import COCO80
-from app.models.layouts import infer_layout
 from app.models.spec import load_model_spec
+from app.postprocess.layouts import infer_layout
 
 
 def write_model(path: Path, input_shape: list, output_shape: list, metadata: dict[str, str] | None = None,
@@ -154,6 +154,26 @@ def test_model_format_that_the_output_shape_cannot_hold_names_both(tmp_path):
     with pytest.raises(ModelError, match=r"layout nms \(from model\.format\) does not fit output shape \[1, 300, 7\]"):
         load_model_spec(path, layout_override="nms")
     assert load_model_spec(path, layout_override="yolov5").layout == "yolov5"
+
+
+def test_model_format_is_trusted_on_any_shape_that_can_hold_it(tmp_path):
+    path = write_model(tmp_path / "m.onnx", [1, 3, 640, 640], [1, 84, 50])  # yolov8 head with only 50 boxes
+    spec = load_model_spec(path, layout_override="yolov8")
+    assert (spec.layout, spec.class_names) == ("yolov8", COCO80)
+
+
+def test_a_shape_several_layouts_could_hold_asks_for_model_format(tmp_path):
+    path = write_model(tmp_path / "m.onnx", [1, 3, 640, 640], ["batch", "boxes", 6])  # nms, or 1-class yolov5
+    with pytest.raises(ModelError, match=r"m\.onnx: output shape \[batch, boxes, 6\] is ambiguous \(it could be "
+                                         r"yolov5 .* or nms .*\); set model\.format to say which"):
+        load_model_spec(path)
+    assert load_model_spec(path, layout_override="nms").layout == "nms"
+
+
+def test_metadata_naming_a_layout_the_shape_lies_against_is_refused(tmp_path):
+    path = write_model(tmp_path / "m.onnx", [1, 3, 640, 640], [1, 84, 50], {"detstream.layout": "yolov8"})
+    with pytest.raises(ModelError, match=r"layout yolov8 \(from metadata\) does not fit output shape \[1, 84, 50\]"):
+        load_model_spec(path)
 
 
 @pytest.mark.parametrize(("input_shape", "metadata", "dynamic_hw", "stride"), [

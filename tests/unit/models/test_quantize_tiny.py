@@ -13,10 +13,10 @@ import onnxruntime as ort
 import pytest
 
 from app.errors import ModelError
-from app.models.darknet import convert_darknet
-from app.models.provenance import stale_int8_reason
-from app.models.quantize import QuantOptions, default_output, quantize_model, stem_nodes
+from app.models.darknet.converter import convert_darknet
+from app.models.quantization.quantize import QuantOptions, default_output, quantize_model, stem_nodes
 from app.models.spec import load_model_spec
+from app.models.store.provenance import stale_int8_reason
 from tests.unit.models.tiny_darknet import write_tiny_net
 
 
@@ -89,7 +89,7 @@ def test_a_folder_of_mixed_image_sizes_calibrates_a_dynamic_model(tiny_fp32, tmp
     rng = np.random.default_rng(3)
     for i, (h, w) in enumerate([(40, 48), (48, 24), (32, 32), (20, 64)]):
         cv2.imwrite(str(tmp_path / f"{i}.png"), rng.integers(0, 255, (h, w, 3), dtype=np.uint8))
-    with caplog.at_level(logging.INFO, logger="app.models.quantize"):
+    with caplog.at_level(logging.INFO, logger="app.models.quantization.quantize"):
         out = quantize_model(model, tmp_path, tmp_path / "mixed-int8.onnx", frames=4)
     assert "calibration frames at 10x32, 28x32, 32x16, 32x32" in caplog.text  # each image at its own rectangle
     batch = np.random.default_rng(1).uniform(0, 1, (1, 3, 32, 16)).astype(np.float32)

@@ -18,9 +18,9 @@ from onnx import TensorProto, helper
 
 from app.errors import ModelError
 from app.model_commands import models_command
-from app.models import download, fetch, registry
-from app.models.cache import cache_root
-from app.models.progress import Reporter
+from app.models.store import download, fetch, registry
+from app.models.store.cache import cache_root
+from app.models.store.progress import Reporter
 from tests.unit.models.tiny_darknet import write_tiny_net
 
 
@@ -210,7 +210,7 @@ def test_a_stale_int8_model_resolves_with_one_warning_naming_the_command(tmp_pat
                                                                         metadata, stale):
     monkeypatch.setenv("COLUMNS", "400")  # rich sizes the table to the terminal: no wrapping, whatever runs the tests
     _int8_beside(tmp_path, metadata)
-    with caplog.at_level(logging.WARNING, logger="app.models.registry"):
+    with caplog.at_level(logging.WARNING, logger="app.models.store.registry"):
         assert registry.resolve_model("yolov3-tiny-int8", tmp_path) == tmp_path / "yolov3-tiny-int8.onnx"
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     command = f"detstream quantize {tmp_path / 'yolov3-tiny.onnx'} --calib VIDEO_OR_IMAGE_DIR"

@@ -6,11 +6,11 @@ implicit right/bottom padding, e.g. size=2 stride=1, is an explicit edge ``Pad``
 ``[upsample]`` (nearest ``Resize``), ``[route]`` (one or several ``layers``,
 relative or absolute; ``Concat``), ``[shortcut]`` (``Add``) and ``[yolo]``.
 
-The ``[yolo]`` heads are decoded inside the graph (see :mod:`app.models.darknet_head`)
+The ``[yolo]`` heads are decoded inside the graph (see :mod:`app.models.darknet.head`)
 so the model has one output ``output`` ``[batch, boxes, 5 + classes]``, the
 YOLOv5 export layout the postprocess stage already reads. Backbone nodes are
 named ``L<layer>/<op>``, decode nodes ``head/...``, which is what
-:mod:`app.models.quantize` keys on to keep the decode in fp32.
+:mod:`app.models.quantization.quantize` keys on to keep the decode in fp32.
 
 Input height and width are symbolic (``["batch", 3, "height", "width"]``) so a
 letterbox can feed 416×320 instead of 416×416 and skip the grey bars: every
@@ -37,9 +37,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from app.errors import ModelError
-from app.models.darknet_cfg import DarknetWeights, Section, apply_known_fixups, parse_cfg, read_weights
-from app.models.darknet_head import YoloHead, add_yolo_head
-from app.models.files import atomic_write_bytes
+from app.models.darknet.cfg import DarknetWeights, Section, apply_known_fixups, parse_cfg, read_weights
+from app.models.darknet.head import YoloHead, add_yolo_head
+from app.models.store.files import atomic_write_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -356,7 +356,7 @@ def convert_darknet(cfg_path: Path, weights_path: Path, names_path: Path, out_pa
     ``output`` ``[batch, boxes, 5 + classes]``: cx, cy, w, h in input pixels,
     objectness and per-class probabilities, all already sigmoid/exp decoded.
     ``fix_known_defects`` applies the documented cfg fix-ups of
-    :func:`app.models.darknet_cfg.apply_known_fixups` (logged at WARNING).
+    :func:`app.models.darknet.cfg.apply_known_fixups` (logged at WARNING).
     Raises :class:`ModelError` for unsupported blocks and for a weights file
     whose size does not match what the cfg consumes.
     """

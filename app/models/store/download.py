@@ -18,8 +18,8 @@ from collections import deque
 from pathlib import Path
 
 from app.errors import ModelError
-from app.models.files import sha256_file
-from app.models.progress import Reporter, Update
+from app.models.store.files import sha256_file
+from app.models.store.progress import Reporter, Update
 
 PIP_TIMEOUT_S = 900.0
 _PROGRESS = re.compile(r"^Progress (\d+) of (\d+)$")

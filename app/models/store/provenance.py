@@ -3,7 +3,7 @@
 An INT8 model is a frozen copy of one fp32 file: when the converter changes
 (version 2 made the input size dynamic) or the fp32 model is re-made, an old
 ``yolov3-tiny-int8.onnx`` silently keeps the old graph (a fixed 416×416 input,
-say) and its calibration. :func:`app.models.quantize.quantize_model` records
+say) and its calibration. :func:`app.models.quantization.quantize.quantize_model` records
 the fp32 file's sha256 as ``detstream.quantized_from``; this module compares
 it, and the copied ``detstream.converter_version``, with what is on disk now.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 import onnx
 from google.protobuf.message import DecodeError
 
-from app.models.darknet import CONVERTER_VERSION
-from app.models.files import sha256_file
+from app.models.darknet.converter import CONVERTER_VERSION
+from app.models.store.files import sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +27,9 @@ CALIBRATED_ON = "detstream.calibrated_on"
 CALIBRATION_FRAMES = "detstream.calibration_frames"
 QUANTIZER_VERSION_KEY = "detstream.quantizer_version"
 QUANTIZER_VERSION = "2"
-"""``detstream.quantizer_version`` of what :func:`app.models.quantize.quantize_model` writes now: version 2 keeps
-the stem (first convolution block) in fp32, which measured faster and closer to fp32 than version 1 (no key)."""
+"""``detstream.quantizer_version`` of what :func:`app.models.quantization.quantize.quantize_model` writes
+now: version 2 keeps the stem (first convolution block) in fp32, which is faster and closer to fp32 than
+version 1 (no key)."""
 
 
 def _metadata(path: Path) -> dict[str, str] | None:

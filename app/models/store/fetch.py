@@ -16,11 +16,11 @@ import tempfile
 from pathlib import Path
 
 from app.errors import ModelError
-from app.models.cache import cache_root
-from app.models.darknet import CONVERTER_VERSION, convert_darknet
-from app.models.download import pip_download
-from app.models.files import atomic_output, atomic_write_bytes, exclusive_lock, sha256_file
-from app.models.progress import Reporter
+from app.models.darknet.converter import CONVERTER_VERSION, convert_darknet
+from app.models.store.cache import cache_root
+from app.models.store.download import pip_download
+from app.models.store.files import atomic_output, atomic_write_bytes, exclusive_lock, sha256_file
+from app.models.store.progress import Reporter
 
 logger = logging.getLogger(__name__)
 

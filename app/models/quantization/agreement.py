@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from app.models.calibration import InputFit, decode_frames, evenly_spaced, video_frame_count
+from app.models.quantization.calibration import InputFit, decode_frames, evenly_spaced, video_frame_count
 from app.models.spec import load_model_spec
 from app.postprocess.yolo import decode_batch
 from app.preprocess import letterbox_into
@@ -129,7 +129,7 @@ def detection_agreement(fp32_model: Path | str, int8_model: Path | str, clip: Pa
                         calibration_frames: int = 100) -> dict[str, Any]:
     """F1 of ``int8_model`` against ``fp32_model`` on ``frames`` frames of ``clip`` that calibration skipped.
 
-    Held-out frames lie halfway between the frames :func:`app.models.quantize.quantize_model`
+    Held-out frames lie halfway between the frames :func:`app.models.quantization.quantize.quantize_model`
     calibrates on when given ``calibration_frames`` of the same clip.
     """
     fp32_model, int8_model, clip = Path(fp32_model), Path(int8_model), Path(clip)

@@ -8,16 +8,16 @@ in fp32, because box coordinates in pixels and probabilities near 0 and 1 are
 exactly what one 8-bit scale per tensor represents badly. So does the stem
 (the first convolution, on the image itself, with its activation and pooling:
 :func:`stem_nodes`): it has 27 weights per output channel and feeds every
-later layer, and INT8 kernels run a 3-channel input poorly anyway. Keeping it
-in fp32 measured both closer to fp32 and faster (docs/models.md). The defaults are the
-best of what docs/models.md reports measuring on a 2-core CPU; the
-alternatives stay reachable through :class:`QuantOptions` for other hardware.
+later layer, and INT8 kernels run a 3-channel input poorly anyway, so keeping
+it in fp32 is both closer to fp32 and faster. The defaults are the best
+settings on x86 CPUs (docs/models.md); the alternatives stay reachable
+through :class:`QuantOptions` for other hardware.
 
 A model with a dynamic input size stays dynamic: calibration frames are
 letterboxed as the pipeline will feed them (rectangular, see
-:mod:`app.models.calibration`), and the output records the fp32 file it came
+:mod:`app.models.quantization.calibration`), and the output records the fp32 file it came
 from (``detstream.quantized_from``, its sha256) so a stale INT8 model can be
-told from a current one (:mod:`app.models.provenance`).
+told from a current one (:mod:`app.models.store.provenance`).
 """
 
 from __future__ import annotations
@@ -33,28 +33,26 @@ from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, 
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
 from app.errors import ModelError
-from app.models.agreement import detection_agreement
-from app.models.calibration import FrameReader, InputFit, calibration_frames
-from app.models.files import atomic_output
-from app.models.provenance import (
+from app.models.quantization.calibration import FrameReader, InputFit, calibration_frames
+from app.models.spec import DISABLED_OPTIMIZERS, load_model_spec
+from app.models.store.files import atomic_output
+from app.models.store.provenance import (
     CALIBRATED_ON,
     CALIBRATION_FRAMES,
     QUANTIZED_FROM,
     QUANTIZER_VERSION,
     QUANTIZER_VERSION_KEY,
 )
-from app.models.spec import DISABLED_OPTIMIZERS, load_model_spec
+from app.postprocess.layouts import LAYOUTS
 
 logger = logging.getLogger(__name__)
-
-__all__ = ["QuantOptions", "default_output", "detection_agreement", "head_nodes", "quantize_model", "stem_nodes"]
 
 HEAD_PREFIX = "head/"
 STEM_OPTIMIZER_OFF = "QDQPropagationTransformer"
 """Listed under ``detstream.ort_disabled_optimizers`` for a model with an fp32 stem: that pass
 moves the stem's QuantizeLinear above its MaxPool, which then runs on uint8 in
-ONNX Runtime's plain NCHW kernel (4 ms per 416x192 frame, against 0.2 ms for
-the fp32 NCHWc one). The move changes no value (max-pooling commutes with a
+ONNX Runtime's plain NCHW kernel, an order of magnitude slower than the fp32
+NCHWc one. The move changes no value (max-pooling commutes with a
 monotonic quantization), so skipping it changes only the speed."""
 STEM_OPS = frozenset({"Relu", "LeakyRelu", "Clip", "MaxPool", "BatchNormalization", "HardSigmoid"})
 """Single-input operators that may follow the first convolution inside the fp32 stem."""
@@ -65,14 +63,14 @@ _METHODS = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Ent
 
 @dataclass(frozen=True, slots=True)
 class QuantOptions:
-    """How to quantize; the defaults are the measured best on x86 CPUs (see docs/models.md).
+    """How to quantize; the defaults are the best settings on x86 CPUs (see docs/models.md).
 
     ``exclude_output_convs`` also keeps the convolutions that feed only the
     decode (the 1x1 detection convs) in fp32. ``moving_average`` smooths the
     per-frame min/max (ORT's ``CalibMovingAverage``, constant 0.01) instead of
     taking the extremes over all frames: one odd frame no longer stretches a
-    range, which measured F1 0.970 vs 0.956 on vtest and 0.90 vs 0.86 on
-    bikes. It weights early frames more, which is why frames are spread over
+    range, which keeps the INT8 model's detections closer to fp32's. It
+    weights early frames more, which is why frames are spread over
     the whole clip.
     """
 
@@ -182,7 +180,7 @@ def quantize_model(model_path: Path | str, calib_source: Path | str, out_path: P
     source_model = onnx.load(str(model_path))
     if any(node.op_type in ("QuantizeLinear", "DequantizeLinear", "QLinearConv") for node in source_model.graph.node):
         raise ModelError(f"{model_path}: already quantized; quantize the fp32 model instead")
-    if spec.layout == "nms":
+    if LAYOUTS[spec.layout].suppressed:
         logger.warning("%s: an in-graph NMS output quantizes poorly; check the agreement numbers", model_path)
     data = calibration_frames(Path(calib_source), frames, InputFit.of(spec))
     with tempfile.TemporaryDirectory(prefix="detstream-quantize-") as tmp:

@@ -10,10 +10,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from app.models.files import sha256_file
-
-__all__ = ["cache_root", "sha256_file"]
-
 
 def cache_root(cache_dir: Path | str | None = None) -> Path:
     """The cache folder, created; ``cache_dir`` wins over ``$DETSTREAM_CACHE`` over ``~/.cache/detstream``."""

@@ -9,14 +9,17 @@ so a malformed number is reported with the file, the layer and the key.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 from app.errors import ModelError
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 HEADER_INT32S = 3  # major, minor, revision
 TINY_ANCHORS = (10, 14, 23, 27, 37, 58, 81, 82, 135, 169, 344, 319)
@@ -42,36 +45,27 @@ class Section:
             raise ModelError(f"{self.where()}: missing required key {key!r}")
         return value
 
-    def get_int(self, key: str, default: int | None = None) -> int:
+    def _parsed(self, key: str, default: T | None, parse: Callable[[str], T], kind: str) -> T:
+        """``parse`` of the key's value, ``default`` when it is absent; a missing required or malformed key is named."""
         raw = self.options.get(key)
         if raw is None:
             if default is None:
                 raise ModelError(f"{self.where()}: missing required key {key!r}")
             return default
         try:
-            return int(raw)
+            return parse(raw)
         except ValueError:
-            raise ModelError(f"{self.where()}: {key}={raw!r} is not an integer") from None
+            raise ModelError(f"{self.where()}: {key}={raw!r} is not {kind}") from None
+
+    def get_int(self, key: str, default: int | None = None) -> int:
+        return self._parsed(key, default, int, "an integer")
 
     def get_float(self, key: str, default: float) -> float:
-        raw = self.options.get(key)
-        if raw is None:
-            return default
-        try:
-            return float(raw)
-        except ValueError:
-            raise ModelError(f"{self.where()}: {key}={raw!r} is not a number") from None
+        return self._parsed(key, default, float, "a number")
 
     def get_ints(self, key: str, default: tuple[int, ...] | None = None) -> tuple[int, ...]:
-        raw = self.options.get(key)
-        if raw is None:
-            if default is None:
-                raise ModelError(f"{self.where()}: missing required key {key!r}")
-            return default
-        try:
-            return tuple(int(part) for part in raw.split(",") if part)
-        except ValueError:
-            raise ModelError(f"{self.where()}: {key}={raw!r} is not a list of integers") from None
+        return self._parsed(key, default, lambda raw: tuple(int(part) for part in raw.split(",") if part),
+                            "a list of integers")
 
     def get_floats(self, key: str) -> tuple[float, ...]:
         raw = self.get_str(key)

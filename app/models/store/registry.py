@@ -4,7 +4,7 @@ A name is a promise about a file name and how to make it; the registry never
 downloads on its own except through :func:`ensure_default_model`, which the
 pipeline calls for the default model only. The INT8 model is made from the
 default one by the operator, so the registry only warns when it no longer
-matches it (:mod:`app.models.provenance`); it never re-quantizes.
+matches it (:mod:`app.models.store.provenance`); it never re-quantizes.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from app.errors import ModelError
-from app.models.fetch import DEFAULT_MODEL_FILE, fetch_default_model, is_current
-from app.models.provenance import stale_int8_reason
+from app.models.store.fetch import DEFAULT_MODEL_FILE, fetch_default_model, is_current
+from app.models.store.provenance import stale_int8_reason
 
 logger = logging.getLogger(__name__)
 
