@@ -1,6 +1,6 @@
 """Measure INT8 against fp32 on this CPU: model-only fps at batch 1 and 4, and detection agreement.
 
-    python -m lab.quant_eval --clip vtest.avi --variants qdq,qoperator --json out/quant.json
+    python -m lab.quant_eval --clip vtest.avi --variants default,qoperator --json out/quant.json
 
 Each variant quantizes the model with its :class:`QuantOptions` (calibrated on
 evenly spaced frames of the clip), then fp32 and INT8 sessions take turns
