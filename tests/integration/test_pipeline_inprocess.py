@@ -106,20 +106,22 @@ def test_steady_state_allocates_nothing_that_grows_with_frames(small_clip):
     port = free_port()
     pipeline = Pipeline(_config(small_clip, port, loop=True), engine=FixedEngine())
     pipeline.start()
-    progress = pipeline.results.progress["s"]
+
+    def published() -> int:
+        return pipeline.streams()["s"].published
 
     def wait_for(frames: int) -> None:
         deadline = time.monotonic() + 60
-        while progress.published < frames and time.monotonic() < deadline:
+        while published() < frames and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert progress.published >= frames
+        assert published() >= frames
 
     try:
         wait_for(100)
         tracemalloc.start(5)
-        wait_for(progress.published + 50)
+        wait_for(published() + 50)
         before = tracemalloc.take_snapshot()
-        wait_for(progress.published + 300)
+        wait_for(published() + 300)
         after = tracemalloc.take_snapshot()
     finally:
         tracemalloc.stop()
