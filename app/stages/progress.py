@@ -37,8 +37,8 @@ class ProgressReporter:
         self._interactive = console.is_terminal if interactive is None else interactive
         self._log_every_s = log_every_s
         self._last_log = time.monotonic()
-        self._last = {sid: (time.monotonic(), 0) for sid in streams}
-        self._fps = dict.fromkeys(streams, 0.0)
+        self._last = {sid: (time.monotonic(), 0) for sid in self._streams}
+        self._fps = dict.fromkeys(self._streams, 0.0)
         self._bar: Progress | None = None
         self._tasks: dict[str, int] = {}
         if self._interactive:
