@@ -17,6 +17,7 @@ from app.errors import EngineError
 from app.pipeline import Pipeline
 from app.types import ModelSpec
 from tests.conftest import Collector, free_port
+from tests.memory_sinks import MemoryPublisher, MemorySink
 
 
 class _Done(InferenceHandle):
@@ -81,6 +82,22 @@ def test_an_engine_error_on_one_batch_costs_those_frames_and_the_run_goes_on(sma
     dropped = pipeline.metrics.frames_dropped
     assert dropped.labels(stream="s", reason="engine_error")._value.get() == len(lost)
     assert dropped.labels(stream="s", reason="live_policy")._value.get() == 0  # counted once, under its own reason
+
+
+def test_a_publisher_and_a_second_sink_passed_in_receive_every_frame(small_clip):
+    publisher, sink = MemoryPublisher(), MemorySink()
+    pipeline = Pipeline(_config(small_clip, free_port()), engine=FixedEngine(), publisher=publisher, sinks=[sink])
+    pipeline.start()
+    try:
+        assert pipeline.wait(60)
+    finally:
+        pipeline.close()
+    assert [d["seq"] for d in publisher.of("s")] == list(range(40))
+    assert [r.meta.seq for r in sink.results] == list(range(40)) and all(sink.lossless)
+    assert sink.started.is_set() and sink.closed and publisher.closed
+    assert publisher.of("s", "statuses")[-1]["state"] == "ended"
+    report = pipeline.report()
+    assert report.published == {"s": 40} and report.dropped == {"s": 0} and not report.failed
 
 
 def test_the_start_up_log_says_how_much_memory_the_frame_ring_takes(small_clip, caplog):
