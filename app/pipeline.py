@@ -111,11 +111,6 @@ def _use_rect(config: DetstreamConfig, engine: Engine) -> bool:
     return bool(config.model.rect and engine.spec.dynamic_hw and engine.accepts_dynamic_hw)
 
 
-def _in_flight_batches(config: DetstreamConfig) -> int:
-    """Submitted batches the engine stage may queue for the postprocess thread: one per context, at least two."""
-    return config.engine.in_flight
-
-
 def _return_freed_memory() -> None:
     """Give the ~100 MB that ONNX Runtime's load and graph optimisation freed back to the OS (glibc keeps it)."""
     try:
@@ -194,7 +189,7 @@ class Pipeline:
             self._sinks.append(sink)
         # Handles waiting for the postprocess thread: enough to keep every context busy, bounded by the
         # engine's output sets (which outlive this many handles plus one being read and one being submitted).
-        submitted: queue.Queue = queue.Queue(maxsize=_in_flight_batches(cfg))
+        submitted: queue.Queue = queue.Queue(maxsize=cfg.engine.in_flight)
         self._results = ResultsStage(cfg, Detector(spec, cfg), engine.backend, batcher=batcher, submitted=submitted,
                                      statuses=self._statuses, publisher=self._publisher, sinks=sinks,
                                      ledger=self._ledger, metrics=self.metrics)
