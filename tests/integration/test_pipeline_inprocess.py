@@ -5,47 +5,14 @@ from __future__ import annotations
 import subprocess
 import time
 import tracemalloc
-from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from app.config import parse_config
-from app.engines.base import Engine, InferenceHandle
-from app.errors import EngineError
 from app.pipeline import Pipeline
-from app.types import ModelSpec
 from tests.conftest import Collector, free_port
-from tests.memory_sinks import MemoryPublisher, MemorySink
-
-
-class _Done(InferenceHandle):
-    def __init__(self, outputs: list[np.ndarray]) -> None:
-        self._outputs = outputs
-
-    def wait(self) -> list[np.ndarray]:
-        return self._outputs
-
-
-class FixedEngine(Engine):
-    """Returns one confident box per frame, fast: isolates the pipeline from model cost."""
-
-    backend = "fixed:test"
-    batch_sizes = (1, 2, 4)
-
-    def __init__(self, fail_on_call: int | None = None) -> None:
-        self.spec = ModelSpec("fixed", "-", "images", 64, 64, "yolov5", ("person", "car"))
-        self._out = np.zeros((4, 3, 7), np.float32)
-        self._out[:, 0, :] = [32, 32, 20, 20, 0.9, 0.95, 0.01]
-        self._fail_on_call = fail_on_call
-        self.calls = 0
-
-    def submit(self, frames: Sequence[np.ndarray]) -> InferenceHandle:
-        self.calls += 1
-        if self.calls == self._fail_on_call:
-            raise EngineError("injected failure")
-        return _Done([self._out[: len(frames)]])
+from tests.fakes import FixedEngine, MemoryPublisher, MemorySink
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,8 @@ import pytest
 from app.config import parse_config
 from app.pipeline import Pipeline
 from tests.conftest import Collector, free_port, start_detstream, stop_process, wait_until
+from tests.fakes import FixedEngine
 from tests.integration.rtsp import make_clip
-from tests.integration.test_pipeline_inprocess import FixedEngine
 
 EXIT_WITHIN_S = 5.0
 FORCED_WITHIN_S = 1.0

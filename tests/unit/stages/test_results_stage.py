@@ -11,14 +11,12 @@ import threading
 import time
 from collections.abc import Sequence
 
-import numpy as np
 import pytest
 
 from app.batcher import Batcher
 from app.config import parse_config
 from app.drops import DropLedger, DropReason
-from app.engines.base import Engine, InferenceHandle
-from app.errors import ConfigError, EngineError
+from app.errors import ConfigError
 from app.metrics import PipelineMetrics
 from app.pipeline import RunReport
 from app.ring import FrameRing
@@ -26,41 +24,11 @@ from app.sources.base import SourceState, SourceStatus
 from app.stages.detect import Detector
 from app.stages.inference import InferenceStage
 from app.stages.results import ResultsStage
-from app.types import FrameMeta, Letterbox, ModelSpec
-from tests.memory_sinks import MemoryPublisher, MemorySink
+from app.types import FrameMeta, Letterbox
+from tests.fakes import FixedEngine, MemoryPublisher, MemorySink
 
-SPEC = ModelSpec("fixed", "-", "images", 64, 64, "yolov5", ("person", "car"))
+SPEC = FixedEngine().spec
 BOX = Letterbox(1.0, 0.0, 0.0, 64, 64)
-
-
-class _Done(InferenceHandle):
-    def __init__(self, outputs: list[np.ndarray]) -> None:
-        self._outputs = outputs
-
-    def wait(self) -> list[np.ndarray]:
-        return self._outputs
-
-
-class FixedEngine(Engine):
-    """One confident box per frame; ``fail_on_call`` raises on that call (1-based)."""
-
-    backend = "fixed:test"
-    batch_sizes = (1, 2, 4)
-
-    def __init__(self, fail_on_call: int | None = None) -> None:
-        self.spec = SPEC
-        self._out = np.zeros((4, 3, 7), np.float32)
-        self._out[:, 0, :] = [32, 32, 20, 20, 0.9, 0.95, 0.01]
-        self._fail_on_call = fail_on_call
-        self.calls = 0
-        self.batches: list[int] = []
-
-    def submit(self, frames: Sequence[np.ndarray]) -> InferenceHandle:
-        self.calls += 1
-        self.batches.append(len(frames))
-        if self.calls == self._fail_on_call:
-            raise EngineError("injected failure")
-        return _Done([self._out[: len(frames)]])
 
 
 class Run:

@@ -1,13 +1,51 @@
-"""In-memory doubles of the publish interfaces (app/publish/base.py), passed to Pipeline through its constructor."""
+"""Doubles passed to the pipeline through its constructor: an engine with fixed outputs, and in-memory
+implementations of the publish interfaces (app/publish/base.py)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
+from app.engines.base import Engine, InferenceHandle
+from app.errors import EngineError
 from app.publish.base import ResultSink
-from app.types import FrameResult
+from app.types import FrameResult, ModelSpec
+
+
+class _Done(InferenceHandle):
+    def __init__(self, outputs: list[np.ndarray]) -> None:
+        self._outputs = outputs
+
+    def wait(self) -> list[np.ndarray]:
+        return self._outputs
+
+
+class FixedEngine(Engine):
+    """Returns one confident box per frame, fast: isolates the pipeline from model cost.
+
+    ``fail_on_call`` (1-based) raises :class:`EngineError` on that call; ``batches`` records each call's size.
+    """
+
+    backend = "fixed:test"
+    batch_sizes = (1, 2, 4)
+
+    def __init__(self, fail_on_call: int | None = None) -> None:
+        self.spec = ModelSpec("fixed", "-", "images", 64, 64, "yolov5", ("person", "car"))
+        self._out = np.zeros((4, 3, 7), np.float32)
+        self._out[:, 0, :] = [32, 32, 20, 20, 0.9, 0.95, 0.01]
+        self._fail_on_call = fail_on_call
+        self.calls = 0
+        self.batches: list[int] = []
+
+    def submit(self, frames: Sequence[np.ndarray]) -> InferenceHandle:
+        self.calls += 1
+        self.batches.append(len(frames))
+        if self.calls == self._fail_on_call:
+            raise EngineError("injected failure")
+        return _Done([self._out[: len(frames)]])
 
 
 class MemoryPublisher:
