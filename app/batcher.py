@@ -9,7 +9,8 @@ Policies per stream (:class:`app.config.SourceMode`):
   (backpressure into the decoder, so the file is simply read slower).
 * ``live``: never blocks the decoder. A stream over quota gets its own oldest
   waiting frame's slot back (that frame is dropped and counted); frames older
-  than ``max_staleness_s`` are dropped instead of being batched.
+  than ``max_staleness_s`` are dropped instead of being batched. Drops are
+  recorded in the pipeline's :class:`app.drops.DropLedger` (given as ``drops``).
 
 Fairness: each stream may hold at most ``quota`` slots (waiting, filling or in
 flight), so a bursting camera cannot take the ring from the others; batches
@@ -30,6 +31,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from app.drops import DropLedger, DropReason
 from app.ring import FrameRing, Slot, SlotState
 from app.types import FrameMeta
 
@@ -41,7 +43,6 @@ class _Stream:
     max_staleness_s: float
     ready: deque[Slot] = field(default_factory=deque)
     held: int = 0
-    dropped: int = 0
     closed: bool = False
     end_reported: bool = False
 
@@ -64,9 +65,10 @@ class Batcher:
     """Per-stream ready queues over one :class:`FrameRing`; thread-safe."""
 
     def __init__(self, ring: FrameRing, max_batch: int, max_wait_s: float, quota: int,
-                 on_admit: Callable[[str], None] | None = None) -> None:
+                 on_admit: Callable[[str], None] | None = None, drops: DropLedger | None = None) -> None:
         self.ring = ring
         self._on_admit = on_admit
+        self._drops = drops if drops is not None else DropLedger()
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
         self.quota = max(1, quota)
@@ -81,6 +83,7 @@ class Batcher:
         with self._lock:
             self._streams[stream_id] = _Stream(stream_id, live, max_staleness_s)
             self._order.append(stream_id)
+        self._drops.add_stream(stream_id)
 
     def close_stream(self, stream_id: str) -> None:
         """No more frames will come from this stream (end of file, failure, stop)."""
@@ -94,12 +97,12 @@ class Batcher:
         return any(s.live for s in self._streams.values())
 
     def dropped(self, stream_id: str) -> int:
-        return self._streams[stream_id].dropped
+        """Frames of ``stream_id`` dropped so far, as the drop ledger counts them."""
+        return self._drops.dropped(stream_id)
 
     def count_drop(self, stream_id: str, frames: int = 1) -> None:
-        """Record frames lost outside the ring (decoded with no slot to go to, failed batches)."""
-        with self._lock:
-            self._streams[stream_id].dropped += frames
+        """Record live frames lost outside the ring (decoded with no slot to go to)."""
+        self._drops.drop(stream_id, DropReason.LIVE_POLICY, frames)
 
     # -- decoder side (runs on detstream.decode.<id>) -----------------------
     def acquire(self, stream_id: str, stop: threading.Event, poll_s: float = 0.1) -> Slot | None:
@@ -127,7 +130,7 @@ class Batcher:
         if not stream.ready:
             return None
         slot = stream.ready.popleft()
-        stream.dropped += 1
+        self._drops.drop(stream.stream_id, DropReason.LIVE_POLICY)
         self.ring.transition(slot, SlotState.FILLING)
         slot.meta = None
         return slot
@@ -208,7 +211,7 @@ class Batcher:
             slot = stream.ready[0]
             if stream.live and now - slot.meta.t_captured > stream.max_staleness_s:
                 stream.ready.popleft()
-                stream.dropped += 1
+                self._drops.drop(stream.stream_id, DropReason.LIVE_POLICY)
                 stream.held -= 1
                 self.ring.transition(slot, SlotState.FREE)
                 continue

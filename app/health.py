@@ -30,13 +30,17 @@ import threading
 import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.errors import ConfigError
 from app.redact import redact_url
+from app.sources.base import SourceState
 from app.threads import StageThread
+
+if TYPE_CHECKING:
+    from app.pipeline import Pipeline
 
 logger = logging.getLogger(__name__)
 
@@ -52,15 +56,16 @@ _JSON = "application/json"
 class HealthServer:
     """Serves ``/metrics``, ``/healthz`` and ``/readyz`` of ``pipeline`` on ``host:port``.
 
-    ``pipeline`` needs ``metrics.registry``, ``ready`` (an Event), ``results``
-    (``None`` until started; then ``progress`` and the postprocess thread),
-    ``publisher`` and ``config.publish.heartbeat_s``. The server may be
+    It reads only the pipeline's public state: ``metrics.registry``,
+    ``ready`` (an Event), ``alive``, ``last_publish_at`` (None until started),
+    ``publisher`` (its ``sent`` and ``dropped_hwm``), ``streams()`` and
+    ``config.publish.heartbeat_s``. The server may be
     started before the pipeline: it then answers 503 "starting" until the
     pipeline is up. :meth:`start` and :meth:`stop` are idempotent; port 0
     picks a free port (see :attr:`port`).
     """
 
-    def __init__(self, pipeline: Any, host: str, port: int) -> None:
+    def __init__(self, pipeline: Pipeline, host: str, port: int) -> None:
         self._pipeline = pipeline
         self._host = host
         self._port = port
@@ -121,17 +126,15 @@ class HealthServer:
     def health(self) -> tuple[int, dict[str, Any]]:
         """(HTTP status, body) of ``/healthz``."""
         pipeline = self._pipeline
-        results = getattr(pipeline, "results", None)
-        publisher = getattr(pipeline, "publisher", None)
-        heartbeat_s = pipeline.config.publish.heartbeat_s
-        limit_s = HEARTBEAT_TOLERANCE * heartbeat_s
-        if results is None or publisher is None:
+        last_publish_at, publisher = pipeline.last_publish_at, pipeline.publisher
+        limit_s = HEARTBEAT_TOLERANCE * pipeline.config.publish.heartbeat_s
+        if last_publish_at is None or publisher is None:
             return 503, {"status": "starting", "published_recently": False, "reason": "pipeline not started yet"}
-        age_s = max(0.0, time.monotonic() - results.last_publish_at)
+        age_s = max(0.0, time.monotonic() - last_publish_at)
         body: dict[str, Any] = {"status": "ok", "published_recently": age_s <= limit_s,
                                 "last_publish_age_s": round(age_s, 3), "limit_s": limit_s,
                                 "messages_sent": publisher.sent, "dropped_hwm": publisher.dropped_hwm}
-        if not results.alive:
+        if not pipeline.alive:
             body.update(status="failing", reason="postprocess thread is not running (run ended or crashed)")
             return 503, body
         if not body["published_recently"]:
@@ -143,11 +146,11 @@ class HealthServer:
     def readiness(self) -> tuple[int, dict[str, Any]]:
         """(HTTP status, body) of ``/readyz``."""
         pipeline = self._pipeline
-        results = getattr(pipeline, "results", None)
-        if not pipeline.ready.is_set() or results is None:
+        if not pipeline.ready.is_set() or pipeline.last_publish_at is None:
             return 503, {"status": "not ready", "reason": "engine not loaded yet"}
-        states = {sid: p.state for sid, p in list(results.progress.items())}
-        running = sorted(sid for sid, state in states.items() if state == "running")
+        streams = pipeline.streams()
+        states = {sid: s.state.value for sid, s in streams.items()}
+        running = sorted(sid for sid, s in streams.items() if s.state is SourceState.RUNNING)
         body: dict[str, Any] = {"status": "ready" if running else "not ready", "sources": states}
         if running:
             return 200, body

@@ -1,7 +1,9 @@
 """Prometheus metrics of one pipeline, in its own registry (no process-global state).
 
 Stages call the small methods here; rates and latencies belong in metrics,
-not in logs. The HTTP exposition (``/metrics``, ``/healthz``, ``/readyz``)
+not in logs. Frame counts (published, dropped by reason) are fed by
+:class:`app.drops.DropLedger`, their one owner; latencies come from the typed
+fields of each published :class:`app.types.FrameResult`. The HTTP exposition (``/metrics``, ``/healthz``, ``/readyz``)
 lives in :mod:`app.health`.
 """
 
@@ -11,12 +13,10 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
-from app.publish.messages import LATENCY_KEYS
+from app.sources.base import SourceState
+from app.types import LATENCY_STAGES
 
-LATENCY_STAGES = LATENCY_KEYS
-"""The ``stage`` labels of the latency histogram: the keys of each message's ``latency_ms``."""
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0)
-STATES = ("connecting", "running", "reconnecting", "ended", "failed")
 
 
 class PipelineMetrics:
@@ -53,20 +53,31 @@ class PipelineMetrics:
         self._stage_latency = {stage: self.latency.labels(stage=stage) for stage in LATENCY_STAGES}
         self._decoded: dict[str, Counter] = {}
         self._published: dict[str, Counter] = {}
+        self._dropped: dict[tuple[str, str], Counter] = {}
 
     def count_decoded(self, stream: str) -> None:
         """One frame of ``stream`` admitted to the pipeline (decoder threads)."""
         _per_stream(self._decoded, self.frames_decoded, stream).inc()
 
-    def count_published(self, stream: str, latencies_ms: Iterable[tuple[str, float]]) -> None:
-        """One detection message of ``stream`` published, with its per-stage latencies (postprocess thread)."""
+    def count_published(self, stream: str) -> None:
+        """One detection message of ``stream`` published (postprocess thread, through the drop ledger)."""
         _per_stream(self._published, self.frames_published, stream).inc()
+
+    def count_dropped(self, stream: str, reason: str, frames: int = 1) -> None:
+        """``frames`` frames of ``stream`` dropped for ``reason`` (any thread, through the drop ledger)."""
+        child = self._dropped.get((stream, reason))
+        if child is None:
+            child = self._dropped.setdefault((stream, reason), self.frames_dropped.labels(stream=stream, reason=reason))
+        child.inc(frames)
+
+    def observe_latencies(self, latencies_ms: Iterable[tuple[str, float]]) -> None:
+        """One published frame's per-stage latencies, ``(stage, milliseconds)`` (postprocess thread)."""
         for stage, value_ms in latencies_ms:
             self._stage_latency[stage].observe(value_ms / 1e3)
 
-    def set_state(self, stream: str, state: str) -> None:
-        for name in STATES:
-            self.source_state.labels(stream=stream, state=name).set(1.0 if name == state else 0.0)
+    def set_state(self, stream: str, state: SourceState) -> None:
+        for each in SourceState:
+            self.source_state.labels(stream=stream, state=each.value).set(1.0 if each is state else 0.0)
 
 
 def _per_stream(children: dict[str, Counter], counter: Counter, stream: str) -> Counter:

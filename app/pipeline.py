@@ -2,8 +2,8 @@
 
 Threads (one owner each, named ``detstream.<stage>[.<source>]``)::
 
-    detstream.decode.<id>  ×N  ── Batcher/FrameRing ──▶ detstream.engine ──queue──▶ detstream.postprocess ──▶ ZMQ
-                                                                                     └──queue──▶ detstream.annotate
+    detstream.decode.<id>  ×N  ── Batcher/FrameRing ──▶ detstream.engine ──queue──▶ detstream.postprocess ──▶ Publisher
+                                                                                     └──▶ ResultSinks (own threads)
 
 Shutdown is a feature: :meth:`Pipeline.stop` stops the sources; each closes
 its stream, the batcher drains, the engine stage sends its end sentinel, the
@@ -19,45 +19,65 @@ import math
 import queue
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.batcher import Batcher
-from app.config import DetstreamConfig, EngineConfig, SourceMode
+from app.config import DetstreamConfig, SourceMode
+from app.drops import DropLedger, DropReason
 from app.engines import create_engine
 from app.engines.base import Engine
-from app.errors import ConfigError
 from app.metrics import PipelineMetrics
 from app.models.spec import load_model_spec
 from app.models.store.registry import ensure_default_model, resolve_model
+from app.publish.base import Publisher, ResultSink
 from app.publish.zmq import ZmqPublisher
 from app.ring import FrameRing, aligned_empty
 from app.sources import create_source
-from app.sources.base import FrameSource, SourceStatus
-from app.stages.annotate import AnnotateSink
+from app.sources.base import FrameSource, SourceState, SourceStatus
+from app.stages.detect import Detector
 from app.stages.inference import InferenceStage
-from app.stages.results import ResultsStage
-from app.types import FrameResult, ModelSpec
+from app.stages.results import ResultsStage, StreamSnapshot
+from app.stages.sinks import build_sinks, check_sinks
+from app.types import ModelSpec
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "yolov3-tiny"
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunReport:
-    """How a run ended, for the CLI's exit code and final lines."""
+    """How a run ended, for the CLI's exit code and final lines: per stream, read from :meth:`Pipeline.streams`."""
 
-    published: dict[str, int]
-    dropped: dict[str, int]
-    states: dict[str, str]
-    reasons: dict[str, str]
+    streams: dict[str, StreamSnapshot]
     engine: str
     elapsed_s: float
 
     @property
+    def published(self) -> dict[str, int]:
+        return {sid: s.published for sid, s in self.streams.items()}
+
+    @property
+    def dropped(self) -> dict[str, int]:
+        return {sid: s.dropped for sid, s in self.streams.items()}
+
+    @property
+    def dropped_by_reason(self) -> dict[str, dict[DropReason, int]]:
+        return {sid: dict(s.dropped_by_reason) for sid, s in self.streams.items()}
+
+    @property
+    def states(self) -> dict[str, SourceState]:
+        return {sid: s.state for sid, s in self.streams.items()}
+
+    @property
+    def reasons(self) -> dict[str, str]:
+        return {sid: s.reason for sid, s in self.streams.items()}
+
+    @property
     def failed(self) -> dict[str, str]:
-        return {sid: self.reasons[sid] for sid, state in self.states.items() if state == "failed"}
+        return {sid: s.reason for sid, s in self.streams.items() if s.state is SourceState.FAILED}
 
 
 def load_spec(config: DetstreamConfig, models_dir: Path, cache_dir: Path | None) -> ModelSpec:
@@ -72,17 +92,13 @@ def load_spec(config: DetstreamConfig, models_dir: Path, cache_dir: Path | None)
                            layout_override=model.format, names_file=model.names_file)
 
 
-def ring_geometry(config: DetstreamConfig, engine_max_batch: int) -> tuple[int, int]:
+def _ring_geometry(config: DetstreamConfig, engine_max_batch: int) -> tuple[int, int]:
     """(slots, per-stream quota): every stream is guaranteed its quota, so none can starve another.
 
     By default the ring holds two of the batches the engine really runs (one in flight, one filling),
     and at least three frames per stream.
     """
-    return ring_slots(len(config.sources), config.engine, engine_max_batch)
-
-
-def ring_slots(streams: int, engine: EngineConfig, engine_max_batch: int) -> tuple[int, int]:
-    """:func:`ring_geometry` for ``streams`` sources (the benchmark sizes rings of runs it has not started)."""
+    streams, engine = len(config.sources), config.engine
     if engine.ring_slots:
         quota = max(1, engine.ring_slots // streams)
     else:
@@ -90,14 +106,9 @@ def ring_slots(streams: int, engine: EngineConfig, engine_max_batch: int) -> tup
     return quota * streams, quota
 
 
-def use_rect(config: DetstreamConfig, engine: Engine) -> bool:
+def _use_rect(config: DetstreamConfig, engine: Engine) -> bool:
     """Rectangular letterboxing: asked for (``model.rect``) and possible (dynamic model input, engine accepts it)."""
     return bool(config.model.rect and engine.spec.dynamic_hw and engine.accepts_dynamic_hw)
-
-
-def in_flight_batches(config: DetstreamConfig) -> int:
-    """Submitted batches the engine stage may queue for the postprocess thread: one per context, at least two."""
-    return config.engine.in_flight
 
 
 def _return_freed_memory() -> None:
@@ -108,49 +119,48 @@ def _return_freed_memory() -> None:
         logger.debug("malloc_trim unavailable")
 
 
-def _check_output_dir(path: str | None) -> None:
-    """Fail before the model loads when annotations could not be written."""
-    if path is None:
-        return
-    target = Path(path)
-    if target.exists() and not target.is_dir():
-        raise ConfigError(f"annotate.dir {path}: exists and is not a directory")
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise ConfigError(f"annotate.dir {path}: cannot create ({error.strerror})") from None
-
-
 class Pipeline:
-    """A configured run: build with the config, then :meth:`start`, :meth:`wait`, :meth:`stop`."""
+    """A configured run: build with the config, then :meth:`start`, :meth:`wait`, :meth:`stop`, :meth:`close`.
+
+    ``engine``, ``publisher`` and extra ``sinks`` may be passed in (tests, embedding); otherwise the
+    engine comes from the config and the publisher is a :class:`ZmqPublisher` on ``publish.endpoint``.
+    Health checks, the runner and the progress line read only the public, read-only state below
+    (:attr:`stopping`, :attr:`alive`, :attr:`last_publish_at`, :meth:`streams`, ...).
+    """
 
     def __init__(self, config: DetstreamConfig, *, models_dir: Path = Path("models"), cache_dir: Path | None = None,
-                 engine: Engine | None = None, metrics: PipelineMetrics | None = None) -> None:
+                 engine: Engine | None = None, metrics: PipelineMetrics | None = None,
+                 publisher: Publisher | None = None, sinks: Sequence[ResultSink] = ()) -> None:
         self.config = config
         self.metrics = metrics or PipelineMetrics()
+        self.ready = threading.Event()
         self._models_dir = models_dir
         self._cache_dir = cache_dir
         self._engine = engine
+        self._publisher = publisher
+        self._extra_sinks = list(sinks)
+        self._ledger = DropLedger(self.metrics)
+        for source_cfg in config.sources:
+            self._ledger.add_stream(source_cfg.id)
         self._stop = threading.Event()
         self._force = threading.Event()
         self._statuses: queue.SimpleQueue[SourceStatus] = queue.SimpleQueue()
         self._sources: list[FrameSource] = []
-        self._annotate: AnnotateSink | None = None
+        self._sinks: list[ResultSink] = []
+        self._results: ResultsStage | None = None
+        self._inference: InferenceStage | None = None
         self._started_at = 0.0
-        self.publisher: ZmqPublisher | None = None
-        self.results: ResultsStage | None = None
-        self.ready = threading.Event()
 
     # -- building ------------------------------------------------------------
     def start(self) -> None:
         """Bind the publisher, load the engine, then start every stage; sources last."""
-        cfg = self.config
-        _check_output_dir(cfg.annotate.dir)
-        self.publisher = ZmqPublisher(cfg.publish)
+        check_sinks(self.config)
+        if self._publisher is None:
+            self._publisher = ZmqPublisher(self.config.publish)
         try:
             self._build_and_start()
         except BaseException:
-            self.publisher.close()
+            self._publisher.close()
             raise
 
     def _build_and_start(self) -> None:
@@ -162,41 +172,32 @@ class Pipeline:
         engine = self._engine
         _return_freed_memory()
         self.metrics.engine.info({"backend": engine.backend, "model": spec.name, "sha256": spec.sha256[:16]})
-        rect = use_rect(cfg, engine)
+        rect = _use_rect(cfg, engine)
         logger.info("model %s (%dx%d%s, %s) on %s", spec.name, spec.input_width, spec.input_height,
                     ", rectangular inputs" if rect else "", spec.layout, engine.backend)
-        slots, quota = ring_geometry(cfg, max(engine.batch_sizes))
-        allocator = self._allocator(engine)
-        ring = FrameRing(slots, spec.input_height, spec.input_width, allocator)
-        # The ring is the one allocation that grows with the stream count, and pageable slots become resident
-        # as they are first written (a backlog fills them all): operators size memory limits from this line.
-        logger.info("frame ring: %d slots of 3x%dx%d float32 (%d per stream), %.1f MiB, %s", slots,
-                    spec.input_height, spec.input_width, quota, ring.buffer.nbytes / 2**20,
-                    "page-locked" if getattr(allocator, "pinned", False) else "pageable (resident once used)")
-        batcher = Batcher(ring, cfg.engine.max_batch, cfg.engine.max_wait_ms / 1e3, quota,
-                          on_admit=self.metrics.count_decoded)
-        keep_image = cfg.annotate.dir is not None
+        batcher = self._build_batcher(spec, engine)
+        sinks = [*build_sinks(cfg, spec, self._total_frames), *self._extra_sinks]
+        keep_image = any(sink.needs_image for sink in sinks)
         for source_cfg in cfg.sources:
             live = source_cfg.effective_mode is SourceMode.LIVE
             batcher.add_stream(source_cfg.id, live, source_cfg.max_staleness_ms / 1e3)
             self._sources.append(create_source(source_cfg, batcher, self._statuses.put,
                                                input_hw=(spec.input_height, spec.input_width), stride=spec.stride,
                                                rect=rect, pixel_scale=spec.scale, keep_image=keep_image))
+        for sink in sinks:
+            sink.start()
+            self._sinks.append(sink)
         # Handles waiting for the postprocess thread: enough to keep every context busy, bounded by the
         # engine's output sets (which outlive this many handles plus one being read and one being submitted).
-        submitted: queue.Queue = queue.Queue(maxsize=in_flight_batches(cfg))
-        if keep_image:
-            by_id = {s.stream_id: s for s in self._sources}
-            self._annotate = AnnotateSink(Path(cfg.annotate.dir), spec.class_names, cfg.annotate.snapshots,
-                                          lambda sid: by_id[sid].total_frames)
-            self._annotate.start()
-        self.results = ResultsStage(cfg, spec, engine.backend, batcher, submitted, self._statuses, self.publisher,
-                                    self.metrics, on_frame=self._to_annotate if keep_image else None)
+        submitted: queue.Queue = queue.Queue(maxsize=cfg.engine.in_flight)
+        self._results = ResultsStage(cfg, Detector(spec, cfg), engine.backend, batcher=batcher, submitted=submitted,
+                                     statuses=self._statuses, publisher=self._publisher, sinks=sinks,
+                                     ledger=self._ledger, metrics=self.metrics)
         self._inference = InferenceStage(batcher, engine, submitted, self.metrics, self._force)
         remaining = cfg.publish.startup_wait_s - (time.monotonic() - t_bound)
         if remaining > 0:
-            self.publisher.wait_for_subscribers(1, remaining)
-        self.results.start()
+            self._publisher.wait_for_subscribers(1, remaining)
+        self._results.start()
         self._inference.start()
         self._started_at = time.monotonic()
         for source in self._sources:
@@ -205,30 +206,64 @@ class Pipeline:
             source.start()
         self.ready.set()
 
+    def _build_batcher(self, spec: ModelSpec, engine: Engine) -> Batcher:
+        cfg = self.config
+        slots, quota = _ring_geometry(cfg, max(engine.batch_sizes))
+        allocator = self._allocator(engine)
+        ring = FrameRing(slots, spec.input_height, spec.input_width, allocator)
+        # The ring is the one allocation that grows with the stream count, and pageable slots become resident
+        # as they are first written (a backlog fills them all): operators size memory limits from this line.
+        logger.info("frame ring: %d slots of 3x%dx%d float32 (%d per stream), %.1f MiB, %s", slots,
+                    spec.input_height, spec.input_width, quota, ring.buffer.nbytes / 2**20,
+                    "page-locked" if getattr(allocator, "pinned", False) else "pageable (resident once used)")
+        return Batcher(ring, cfg.engine.max_batch, cfg.engine.max_wait_ms / 1e3, quota,
+                       on_admit=self.metrics.count_decoded, drops=self._ledger)
+
     @staticmethod
     def _allocator(engine: Engine):
         """The engine's allocator (page-locked slots when it copies to a GPU); plain aligned memory otherwise."""
         allocator = engine.host_allocator()
         return aligned_empty if allocator is None else allocator
 
-    def _to_annotate(self, result: FrameResult) -> None:
-        lossless = self._source_mode(result.meta.stream_id) is SourceMode.FILE
-        self._annotate.submit(result, lossless)
+    def _total_frames(self, stream_id: str) -> int | None:
+        return next((s.total_frames for s in self._sources if s.stream_id == stream_id), None)
 
-    def _source_mode(self, stream_id: str) -> SourceMode:
-        return next(s.effective_mode for s in self.config.sources if s.id == stream_id)
-
-    # -- running -------------------------------------------------------------
+    # -- public state (read-only; any thread) ---------------------------------
     @property
     def sources(self) -> list[FrameSource]:
         return list(self._sources)
 
+    @property
+    def publisher(self) -> Publisher | None:
+        """The publisher, once :meth:`start` has made it (its ``sent``/``dropped_hwm`` counters are safe to read)."""
+        return self._publisher
+
+    @property
+    def stopping(self) -> bool:
+        """:meth:`stop` was called (a signal, ``duration_s``, or the caller)."""
+        return self._stop.is_set()
+
+    @property
+    def alive(self) -> bool:
+        """The postprocess thread, the only publisher, is running."""
+        return self._results is not None and self._results.alive
+
+    @property
+    def last_publish_at(self) -> float | None:
+        """``time.monotonic()`` of the last message published (heartbeats included); None before :meth:`start`."""
+        return self._results.last_publish_at if self._results is not None else None
+
+    def streams(self) -> dict[str, StreamSnapshot]:
+        """A snapshot of every stream (state, counts, latency); empty before :meth:`start`."""
+        return self._results.streams() if self._results is not None else {}
+
+    # -- running -------------------------------------------------------------
     def stop(self) -> None:
         """Stop accepting frames; in-flight frames are still published. Idempotent."""
         if self._stop.is_set():
             return
         self._stop.set()
-        if self.results is not None and not self.done():
+        if self._results is not None and not self.done():
             logger.info("stopping: draining frames in flight")
         for source in self._sources:
             source.stop()
@@ -239,7 +274,8 @@ class Pipeline:
         self._force.set()
 
     def done(self) -> bool:
-        return self.results is not None and not self.results.alive
+        """The run has ended: started, and the postprocess thread has published everything and exited."""
+        return self._results is not None and not self._results.alive
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Wait for the run to end (all sources ended and everything published)."""
@@ -254,20 +290,14 @@ class Pipeline:
         """Join every thread (bounded) and release the engine; after :meth:`wait` or :meth:`force_stop`."""
         for source in self._sources:
             source.join(timeout_s)
-        if self._annotate is not None:
-            self._annotate.close()
-        inference = getattr(self, "_inference", None)
-        if inference is not None and not inference.join(timeout_s):
+        for sink in self._sinks:
+            sink.close()
+        if self._inference is not None and not self._inference.join(timeout_s):
             logger.warning("engine thread still busy after %.0f s; leaving the engine to process exit", timeout_s)
             return  # releasing a session under a running inference aborts the process
         if self._engine is not None:
             self._engine.close()
 
     def report(self) -> RunReport:
-        progress = self.results.progress if self.results else {}
-        return RunReport(published={k: v.published for k, v in progress.items()},
-                         dropped={k: v.dropped for k, v in progress.items()},
-                         states={k: v.state for k, v in progress.items()},
-                         reasons={k: v.reason for k, v in progress.items()},
-                         engine=self._engine.backend if self._engine else "",
+        return RunReport(streams=self.streams(), engine=self._engine.backend if self._engine else "",
                          elapsed_s=time.monotonic() - self._started_at if self._started_at else 0.0)

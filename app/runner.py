@@ -98,7 +98,7 @@ def _select_shard(config: DetstreamConfig, shard: str | None) -> DetstreamConfig
 
 def _install_signals(pipeline: Pipeline) -> None:
     def handler(signum: int, _frame: object) -> None:
-        if pipeline._stop.is_set():
+        if pipeline.stopping:
             logger.warning("second signal: exiting now")
             os._exit(130)
         logger.info("%s: stopping (again to force)", signal.Signals(signum).name)
@@ -164,14 +164,14 @@ def _wait(pipeline: Pipeline, config: DetstreamConfig, interactive: bool | None)
     sources = {s.stream_id: s for s in pipeline.sources}
     started = time.monotonic()
     stop_at = None
-    with ProgressReporter(pipeline.results.progress, lambda sid: sources[sid].total_frames,
+    with ProgressReporter(pipeline.streams, lambda sid: sources[sid].total_frames,
                           interactive=interactive) as progress:
         while not pipeline.done():
             progress.update()
             now = time.monotonic()
             if config.duration_s is not None and now - started >= config.duration_s:
                 pipeline.stop()
-            if pipeline._stop.is_set() and stop_at is None:
+            if pipeline.stopping and stop_at is None:
                 stop_at = now
             if stop_at is not None and now - stop_at > DRAIN_TIMEOUT_S:
                 logger.warning("drain took more than %.0f s; forcing exit", DRAIN_TIMEOUT_S)
@@ -186,7 +186,7 @@ def _exit_code(pipeline: Pipeline, drained: bool = True) -> int:
     report = pipeline.report()
     for stream_id, count in report.published.items():
         logger.info("%s: published %d frames, dropped %d, %s", stream_id, count, report.dropped[stream_id],
-                    report.states[stream_id])
+                    report.states[stream_id].value)
     if not drained:
         print(f"detstream: error: frames in flight were not all published: the drain took over {DRAIN_TIMEOUT_S:.0f} s",
               file=sys.stderr)

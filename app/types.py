@@ -13,6 +13,9 @@ import numpy as np
 OutputLayout = str
 """A name registered in :data:`app.postprocess.layouts.LAYOUTS` (``yolov5``, ``yolov8``, ``nms``, ...)."""
 
+LATENCY_STAGES = ("decode", "queue", "infer", "post", "total")
+"""Per-frame latency stages, in pipeline order: a message's ``latency_ms`` keys and the metrics' ``stage`` labels."""
+
 
 @dataclass(frozen=True, slots=True)
 class Letterbox:
@@ -129,10 +132,23 @@ class Detections:
 
 @dataclass(slots=True)
 class FrameResult:
-    """One frame's outcome, ready to publish."""
+    """One frame's outcome, ready to publish.
+
+    Latencies in milliseconds: ``queue_ms`` from the frame's arrival in the
+    batcher to its batch's submission, ``infer_ms`` from submission to
+    result, ``post_ms`` its share of the batch's decode and NMS. ``cpu_ms``
+    is its share of the batch's inference CPU time where the engine measures
+    it (CPU workers), else None.
+    """
 
     meta: FrameMeta
     detections: Detections
     queue_ms: float
     infer_ms: float
     post_ms: float = 0.0
+    cpu_ms: float | None = None
+
+    def latencies_ms(self, total_ms: float) -> tuple[tuple[str, float], ...]:
+        """``(stage, ms)`` for every :data:`LATENCY_STAGES` entry; ``total_ms`` is capture to publish."""
+        return (("decode", self.meta.decode_ms), ("queue", self.queue_ms), ("infer", self.infer_ms),
+                ("post", self.post_ms), ("total", total_ms))

@@ -1,9 +1,11 @@
-"""Publishing results over ZeroMQ: message payloads, the publisher, and the fan-in proxy.
+"""Publishing results: the publisher and sink interfaces, message payloads, ZeroMQ, and the fan-in proxy.
 
-Payload building and encoding are pure (:mod:`app.publish.messages`); the
-:class:`ZmqPublisher` socket belongs to the postprocess thread.
+:mod:`app.publish.base` holds the :class:`Publisher` and :class:`ResultSink`
+interfaces; payload building and encoding are pure (:mod:`app.publish.messages`);
+the :class:`ZmqPublisher` socket belongs to the postprocess thread.
 """
 
+from app.publish.base import Publisher, ResultSink
 from app.publish.messages import (
     DETECTION_SCHEMA,
     STATUS_SCHEMA,
@@ -25,6 +27,8 @@ __all__ = [
     "STATUS_SCHEMA",
     "MessageDecodeError",
     "ProxyThread",
+    "Publisher",
+    "ResultSink",
     "ZmqPublisher",
     "decode",
     "det_topic",

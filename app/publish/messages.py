@@ -19,12 +19,14 @@ from typing import Any, Literal
 import msgpack
 
 from app.redact import redact_url
-from app.types import FrameResult
+from app.sources.base import SourceState
+from app.types import LATENCY_STAGES, FrameResult
 
 DETECTION_SCHEMA = "detstream.detections/1"
 STATUS_SCHEMA = "detstream.status/1"
-STATES = ("connecting", "running", "reconnecting", "ended", "failed")
-LATENCY_KEYS = ("decode", "queue", "infer", "post", "total")
+STATES = tuple(state.value for state in SourceState)
+"""The ``state`` values of a status message: those of :class:`app.sources.base.SourceState`."""
+LATENCY_KEYS = LATENCY_STAGES
 MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
 """Larger payloads are refused by :func:`decode` (a frame with 300 boxes is about 30 kB)."""
 

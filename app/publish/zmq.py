@@ -52,6 +52,8 @@ def needs_ipv6(endpoint: str) -> bool:
 class ZmqPublisher:
     """Publishes payload maps as ``[topic, payload]`` messages on one XPUB socket.
 
+    The product's :class:`app.publish.base.Publisher`.
+
     Owned by ONE thread, the postprocess thread (``detstream.postprocess``):
     it creates (or is handed, before first use), uses and closes the
     publisher. ZeroMQ sockets are not thread-safe. ``context`` is shared

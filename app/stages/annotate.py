@@ -18,6 +18,8 @@ import av
 import cv2
 import numpy as np
 
+from app.errors import ConfigError
+from app.publish.base import ResultSink
 from app.threads import StageThread
 from app.types import FrameResult
 
@@ -55,8 +57,22 @@ class _Writer:
     last_pts_ms: int = -1
 
 
-class AnnotateSink:
+def check_output_dir(path: str) -> None:
+    """Fail before the model loads when annotations could not be written to ``path`` (``annotate.dir``)."""
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise ConfigError(f"annotate.dir {path}: exists and is not a directory")
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"annotate.dir {path}: cannot create ({error.strerror})") from None
+
+
+class AnnotateSink(ResultSink):
     """Owns thread ``detstream.annotate`` and every output file it writes."""
+
+    name = "annotate"
+    needs_image = True
 
     def __init__(self, out_dir: Path, class_names: tuple[str, ...], snapshots: int,
                  expected_frames: Callable[[str], int | None], fps: float = 10.0, queue_size: int = 64) -> None:

@@ -11,33 +11,34 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from app.stages.results import StreamProgress
+from app.stages.results import StreamSnapshot
 
 logger = logging.getLogger(__name__)
 
 
-def _summary(progress: StreamProgress, fps: float) -> str:
-    p50 = float(np.percentile(progress.total_ms, 50)) if progress.total_ms else 0.0
-    return f"{progress.state:<12} {fps:6.1f} fps  drops {progress.dropped:<5} p50 {p50:6.1f} ms"
+def _summary(stream: StreamSnapshot, fps: float) -> str:
+    return (f"{stream.state.value:<12} {fps:6.1f} fps  drops {stream.dropped:<5} "
+            f"p50 {stream.p50_total_ms:6.1f} ms")
 
 
 class ProgressReporter:
-    """Polls the results stage's per-stream counters; never touches the pipeline's threads."""
+    """Polls snapshots of the pipeline's streams (``streams()``, e.g. :meth:`app.pipeline.Pipeline.streams`);
+    never touches the pipeline's threads."""
 
-    def __init__(self, streams: Mapping[str, StreamProgress], totals: Callable[[str], int | None],
+    def __init__(self, streams: Callable[[], Mapping[str, StreamSnapshot]], totals: Callable[[str], int | None],
                  interactive: bool | None = None, log_every_s: float = 5.0) -> None:
-        self._streams = streams
+        self._snapshot = streams
+        self._streams = streams()
         self._totals = totals
         console = Console(stderr=True)
         self._interactive = console.is_terminal if interactive is None else interactive
         self._log_every_s = log_every_s
         self._last_log = time.monotonic()
-        self._last = {sid: (time.monotonic(), 0) for sid in streams}
-        self._fps = dict.fromkeys(streams, 0.0)
+        self._last = {sid: (time.monotonic(), 0) for sid in self._streams}
+        self._fps = dict.fromkeys(self._streams, 0.0)
         self._bar: Progress | None = None
         self._tasks: dict[str, int] = {}
         if self._interactive:
@@ -60,20 +61,21 @@ class ProgressReporter:
 
     def update(self) -> None:
         now = time.monotonic()
-        for sid, progress in self._streams.items():
+        self._streams = self._snapshot()
+        for sid, stream in self._streams.items():
             t0, n0 = self._last[sid]
             if now - t0 >= 1.0:
-                self._fps[sid] = (progress.published - n0) / (now - t0)
-                self._last[sid] = (now, progress.published)
+                self._fps[sid] = (stream.published - n0) / (now - t0)
+                self._last[sid] = (now, stream.published)
             if self._bar is not None:
-                self._bar.update(self._tasks[sid], total=self._totals(sid), completed=progress.published,
-                                 info=_summary(progress, self._fps[sid]))
+                self._bar.update(self._tasks[sid], total=self._totals(sid), completed=stream.published,
+                                 info=_summary(stream, self._fps[sid]))
         if self._bar is None and now - self._last_log >= self._log_every_s:
             self._last_log = now
             self.log_summary()
 
     def log_summary(self) -> None:
-        for sid, progress in self._streams.items():
+        for sid, stream in self._streams.items():
             total = self._totals(sid)
-            logger.info("%s: %d/%s frames  %s", sid, progress.published, total if total else "?",
-                        _summary(progress, self._fps[sid]))
+            logger.info("%s: %d/%s frames  %s", sid, stream.published, total if total else "?",
+                        _summary(stream, self._fps[sid]))

@@ -1,77 +1,106 @@
-"""The postprocess stage: decode, NMS, rescale, track, publish, release slots.
+"""The postprocess stage: turn each finished batch into results and route them, with source statuses, to the sinks.
 
-Runs on thread ``detstream.postprocess``, which owns the ZeroMQ socket (ZMQ
-sockets are not thread-safe). Source status reports arrive on a queue and are
-published from here too; a terminal status (``ended``/``failed``) is held
-until the batcher says the stream's last frame has gone through, so
-subscribers always see it after the stream's last detection.
+Runs on thread ``detstream.postprocess``, which owns the :class:`Publisher`
+(a ZeroMQ socket is not thread-safe). Per batch: wait for the engine's
+outputs, give the slots back, let the :class:`Detector` decode them, then
+publish each frame, count it in the :class:`DropLedger`, observe its
+latencies and hand it to every :class:`ResultSink`. Source status reports
+arrive on a queue and are published from here too; a terminal status
+(``ended``/``failed``) is held until the batcher says the stream's last frame
+has gone through, so subscribers always see it after the stream's last
+detection. Every ``publish.heartbeat_s`` each stream's status is sent again.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
+import statistics
 import time
-from collections import Counter
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from app.batcher import Batcher
 from app.config import DetstreamConfig, SourceMode
+from app.drops import DropLedger, DropReason
 from app.metrics import PipelineMetrics
-from app.postprocess.tracking import StreamTrackers
-from app.postprocess.yolo import decode_batch
+from app.publish.base import Publisher, ResultSink
 from app.publish.messages import detection_payload, status_payload
 from app.sources.base import SourceState, SourceStatus
+from app.stages.detect import Detector
 from app.stages.inference import END, Submitted
 from app.stages.overload import DropReport
 from app.threads import StageThread
-from app.types import Detections, FrameResult, ModelSpec
+from app.types import FrameMeta, FrameResult
 
 logger = logging.getLogger(__name__)
 
-FrameCallback = Callable[[FrameResult], None]
+RECENT_FRAMES = 512
+"""Capture-to-publish latencies kept per stream for the progress line's median."""
 
 
-@dataclass
-class StreamProgress:
-    """What the results thread knows of one stream; read by the progress display."""
+@dataclass(frozen=True, slots=True)
+class StreamSnapshot:
+    """One stream as the pipeline sees it now: its source's last state and its frame counts.
 
-    state: str = SourceState.CONNECTING.value
+    ``frames`` is the number of frames the source handed over up to the last
+    published one (its last ``seq`` + 1); ``published + dropped`` reaches it
+    once the stream has ended. ``p50_total_ms`` is the median capture-to-publish
+    latency of its recent frames (0 before the first).
+    """
+
+    state: SourceState
+    reason: str
+    attempt: int
+    retry_in_s: float | None
+    frames: int
+    published: int
+    dropped_by_reason: Mapping[DropReason, int]
+    p50_total_ms: float
+
+    @property
+    def dropped(self) -> int:
+        return sum(self.dropped_by_reason.values())
+
+
+@dataclass(slots=True)
+class _Stream:
+    """What the postprocess thread keeps of one stream (written on that thread only)."""
+
+    live: bool
+    state: SourceState = SourceState.CONNECTING
     reason: str = ""
     attempt: int = 0
     retry_in_s: float | None = None
-    published: int = 0
-    dropped: int = 0
     last_seq: int = -1
-    total_ms: list[float] = field(default_factory=list)
+    total_ms: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_FRAMES))
 
 
 class ResultsStage:
     """Owns thread ``detstream.postprocess`` and, through it, the publisher."""
 
-    def __init__(self, config: DetstreamConfig, spec: ModelSpec, engine_name: str, batcher: Batcher,
-                 submitted: queue.Queue, statuses: queue.SimpleQueue, publisher, metrics: PipelineMetrics,
-                 on_frame: FrameCallback | None = None) -> None:
-        self._config = config
-        self._spec = spec
+    def __init__(self, config: DetstreamConfig, detector: Detector, engine_name: str, *, batcher: Batcher,
+                 submitted: queue.Queue, statuses: queue.SimpleQueue, publisher: Publisher,
+                 sinks: Sequence[ResultSink], ledger: DropLedger, metrics: PipelineMetrics) -> None:
+        self._detector = detector
+        self._model_name = detector.spec.name
+        self._class_names = detector.spec.class_names
         self._engine_name = engine_name
+        self._heartbeat_s = config.publish.heartbeat_s
         self._batcher = batcher
         self._submitted = submitted
         self._statuses = statuses
         self._publisher = publisher
+        self._sinks = list(sinks)
+        self._ledger = ledger
         self._metrics = metrics
-        self._on_frame = on_frame
-        self._keep = _class_filter(config.model.classes, spec.class_names)
-        self._trackers = StreamTrackers() if config.tracking == "bytetrack" else None
-        self.progress: dict[str, StreamProgress] = {s.id: StreamProgress() for s in config.sources}
+        self._streams = {s.id: _Stream(s.effective_mode is SourceMode.LIVE) for s in config.sources}
         self._pending_terminal: dict[str, SourceStatus] = {}
         self._last_heartbeat = time.monotonic()
-        self.last_publish_at = time.monotonic()
-        self._live = {s.id for s in config.sources if s.effective_mode is SourceMode.LIVE}
-        self._engine_dropped: Counter[str] = Counter()  # per stream, lost to engine errors since its last publish
+        self._last_publish_at = time.monotonic()
         self._drops = DropReport(engine_name)  # says when live cameras offer more than the engine runs
         self._thread = StageThread(self._run, "detstream.postprocess")
 
@@ -84,8 +113,24 @@ class ResultsStage:
 
     @property
     def alive(self) -> bool:
-        """The postprocess thread is running (health checks read this)."""
+        """The postprocess thread is running."""
         return self._thread.is_alive()
+
+    @property
+    def last_publish_at(self) -> float:
+        """``time.monotonic()`` of the last message published (detections, status or heartbeat)."""
+        return self._last_publish_at
+
+    def streams(self) -> dict[str, StreamSnapshot]:
+        """A snapshot of every stream; safe from any thread."""
+        return {sid: self._snapshot(sid, stream) for sid, stream in list(self._streams.items())}
+
+    def _snapshot(self, stream_id: str, stream: _Stream) -> StreamSnapshot:
+        counts = self._ledger.counts(stream_id)
+        recent = list(stream.total_ms)
+        return StreamSnapshot(stream.state, stream.reason, stream.attempt, stream.retry_in_s, stream.last_seq + 1,
+                              counts.published, counts.dropped_by_reason,
+                              statistics.median(recent) if recent else 0.0)
 
     def _run(self) -> None:
         try:
@@ -111,82 +156,69 @@ class ResultsStage:
 
     # -- batches -----------------------------------------------------------
     def _handle(self, item: Submitted) -> None:
-        batch = item.batch
-        if batch.slots:
-            try:
-                outputs = item.handle.wait() if item.error is None else None
-            except Exception as error:
-                outputs, item.error = None, error
+        slots = item.batch.slots
+        if slots:
+            outputs = self._outputs(item)
+            metas = [slot.meta for slot in slots]
+            self._batcher.release(slots)  # the outputs are out of the engine: the pixels are no longer needed
             if outputs is None:
-                self._fail_batch(item)
+                self._fail_batch(metas, item.error)
             else:
-                self._publish_batch(item, outputs)
-        for stream_id in batch.ended:
+                t_done = getattr(item.handle, "done_at", None) or time.monotonic()
+                cpu_s = item.handle.cpu_s  # None unless the engine measures it (CPU workers on one thread each)
+                if cpu_s is not None:
+                    self._metrics.inference_cpu.inc(cpu_s)
+                for result in self._detector.detect(outputs, metas, t_submit=item.t_submit, t_done=t_done,
+                                                    cpu_s=cpu_s):
+                    self._publish_frame(result)
+        for stream_id in item.batch.ended:
             self._publish_terminal(stream_id)
 
-    def _fail_batch(self, item: Submitted) -> None:
+    @staticmethod
+    def _outputs(item: Submitted) -> list[np.ndarray] | None:
+        """The batch's outputs; None (with ``item.error`` set) when the engine failed on it."""
+        if item.error is not None:
+            return None
+        try:
+            return item.handle.wait()
+        except Exception as error:
+            item.error = error
+            return None
+
+    def _fail_batch(self, metas: list[FrameMeta], error: Exception | None) -> None:
         """An engine error costs these frames, not the run: count them and move on."""
         self._metrics.engine_failures.inc()
-        for slot in item.batch.slots:
-            self._batcher.count_drop(slot.owner)
-            self._engine_dropped[slot.owner] += 1
-            self._metrics.frames_dropped.labels(stream=slot.owner, reason="engine_error").inc()
-        logger.warning("dropped %d frames after an engine error: %s", len(item.batch.slots), item.error)
-        self._batcher.release(item.batch.slots)
+        for meta in metas:
+            self._ledger.drop(meta.stream_id, DropReason.ENGINE_ERROR)
+        logger.warning("dropped %d frames after an engine error: %s", len(metas), error)
 
-    def _publish_batch(self, item: Submitted, outputs: list[np.ndarray]) -> None:
-        t_done = getattr(item.handle, "done_at", None) or time.monotonic()
-        infer_ms = (t_done - item.t_submit) * 1e3
-        slots = item.batch.slots
-        metas = [slot.meta for slot in slots]
-        t_post = time.monotonic()
-        model = self._config.model
-        detections = decode_batch(outputs, self._spec, [m.letterbox for m in metas],
-                                  conf_threshold=model.conf_threshold, iou_threshold=model.iou_threshold,
-                                  class_ids_keep=self._keep, max_detections=model.max_detections)
-        self._batcher.release(slots)  # pixels are no longer needed; metas stay alive here
-        post_ms = (time.monotonic() - t_post) * 1e3 / len(metas)
-        cpu_s = item.handle.cpu_s  # None unless the engine measures it (CPU workers on one thread each)
-        cpu_ms = None if cpu_s is None else cpu_s * 1e3 / len(metas)
-        if cpu_s is not None:
-            self._metrics.inference_cpu.inc(cpu_s)
-        for meta, dets in zip(metas, detections, strict=True):
-            if self._trackers is not None:
-                dets = self._trackers.update(meta.stream_id, dets)
-            result = FrameResult(meta, dets, (item.t_submit - meta.t_ready) * 1e3, infer_ms, post_ms)
-            self._publish_frame(result, cpu_ms)
-
-    def _publish_frame(self, result: FrameResult, cpu_ms: float | None = None) -> None:
+    def _publish_frame(self, result: FrameResult) -> None:
         meta = result.meta
-        progress = self.progress[meta.stream_id]
-        dropped_before = meta.seq - progress.last_seq - 1
-        payload = detection_payload(result, model=self._spec.name, engine=self._engine_name,
-                                    published_at=time.time(), dropped_before=dropped_before,
-                                    class_names=self._spec.class_names)
+        stream = self._streams[meta.stream_id]
+        now = time.monotonic()
+        payload = detection_payload(result, model=self._model_name, engine=self._engine_name,
+                                    published_at=time.time(), dropped_before=meta.seq - stream.last_seq - 1,
+                                    class_names=self._class_names, now_monotonic=now)
         self._publisher.publish_detections(meta.stream_id, payload)
-        self.last_publish_at = time.monotonic()
-        progress.last_seq = meta.seq
-        progress.published += 1
-        progress.dropped += dropped_before
-        total_ms = payload["latency_ms"]["total"]
-        progress.total_ms.append(total_ms)
-        if len(progress.total_ms) > 512:
-            del progress.total_ms[:256]
-        # the seq gap holds frames the live policy dropped and frames lost to an engine error (counted there)
-        policy_drops = max(0, dropped_before - self._engine_dropped.pop(meta.stream_id, 0))
-        self._observe(meta.stream_id, payload["latency_ms"], policy_drops)
-        if meta.stream_id in self._live:
-            self._drops.published(meta.stream_id, policy_drops, result.infer_ms, cpu_ms)
-        if self._on_frame is not None:
-            self._on_frame(result)
+        self._last_publish_at = now
+        stream.last_seq = meta.seq
+        total_ms = (now - meta.t_captured) * 1e3
+        stream.total_ms.append(total_ms)
+        policy_drops = self._ledger.publish(meta.stream_id)
+        self._metrics.observe_latencies(result.latencies_ms(total_ms))
+        self._metrics.zmq_dropped.set(self._publisher.dropped_hwm)
+        if stream.live:
+            self._drops.published(meta.stream_id, policy_drops, result.infer_ms, result.cpu_ms)
+        if self._sinks:
+            self._to_sinks(result, lossless=not stream.live)
 
-    def _observe(self, stream_id: str, latency_ms: dict[str, float], policy_drops: int) -> None:
-        """Metrics of one published frame: its stage latencies are the message's own (same names, same values)."""
-        m = self._metrics
-        m.count_published(stream_id, latency_ms.items())
-        if policy_drops:
-            m.frames_dropped.labels(stream=stream_id, reason="live_policy").inc(policy_drops)
-        m.zmq_dropped.set(self._publisher.dropped_hwm)
+    def _to_sinks(self, result: FrameResult, lossless: bool) -> None:
+        for sink in self._sinks:
+            try:
+                sink.submit(result, lossless)
+            except Exception:
+                logger.exception("sink %s failed; detaching it (detections are still published)", sink.name)
+                self._sinks = [s for s in self._sinks if s is not sink]
 
     # -- statuses ----------------------------------------------------------
     def _drain_statuses(self) -> None:
@@ -201,30 +233,28 @@ class ResultsStage:
                 self._apply_status(status)
 
     def _apply_status(self, status: SourceStatus) -> None:
-        progress = self.progress[status.stream_id]
+        stream = self._streams[status.stream_id]
         if status.state is SourceState.RECONNECTING:
-            if self._trackers is not None:
-                self._trackers.reset(status.stream_id)
+            self._detector.forget(status.stream_id)
             self._metrics.reconnects.labels(stream=status.stream_id, error_class=status.error_kind or "unknown").inc()
-        progress.state, progress.reason = status.state.value, status.reason
-        progress.attempt, progress.retry_in_s = status.attempt, status.retry_in_s
-        self._metrics.set_state(status.stream_id, status.state.value)
+        stream.state, stream.reason = status.state, status.reason
+        stream.attempt, stream.retry_in_s = status.attempt, status.retry_in_s
+        self._metrics.set_state(status.stream_id, status.state)
         self._send_status(status.stream_id)
 
     def _publish_terminal(self, stream_id: str) -> None:
         status = self._pending_terminal.pop(stream_id, None)
         if status is None:
             status = SourceStatus(stream_id, SourceState.ENDED, "stopped")
-        if self._trackers is not None:
-            self._trackers.reset(stream_id)
+        self._detector.forget(stream_id)
         self._apply_status(status)
 
     def _send_status(self, stream_id: str) -> None:
-        p = self.progress[stream_id]
-        payload = status_payload(stream_id, p.state, p.reason, p.attempt, p.retry_in_s,
-                                 frames=p.last_seq + 1, dropped=self._batcher.dropped(stream_id), at=time.time())
+        s = self._streams[stream_id]
+        payload = status_payload(stream_id, s.state.value, s.reason, s.attempt, s.retry_in_s, frames=s.last_seq + 1,
+                                 dropped=self._ledger.dropped(stream_id), at=time.time())
         self._publisher.publish_status(stream_id, payload)
-        self.last_publish_at = time.monotonic()
+        self._last_publish_at = time.monotonic()
 
     def _warn_if_overloaded(self) -> None:
         overload = self._drops.due()
@@ -233,23 +263,11 @@ class ResultsStage:
 
     def _heartbeat_if_due(self) -> None:
         now = time.monotonic()
-        if now - self._last_heartbeat < self._config.publish.heartbeat_s:
+        if now - self._last_heartbeat < self._heartbeat_s:
             return
         self._last_heartbeat = now
-        for stream_id in self.progress:
+        for stream_id in self._streams:
             self._send_status(stream_id)
 
 
-def _class_filter(classes: list[str] | None, names: tuple[str, ...]) -> np.ndarray | None:
-    """Class ids to keep for a ``classes:`` filter; unknown labels are a config error."""
-    if not classes:
-        return None
-    from app.errors import ConfigError
-
-    unknown = [c for c in classes if c not in names]
-    if unknown:
-        raise ConfigError(f"model.classes: unknown label(s) {unknown} for this model")
-    return np.array([names.index(c) for c in classes], dtype=np.int32)
-
-
-__all__ = ["Detections", "ResultsStage", "StreamProgress"]
+__all__ = ["ResultsStage", "StreamSnapshot"]

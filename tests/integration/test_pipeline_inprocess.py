@@ -5,46 +5,14 @@ from __future__ import annotations
 import subprocess
 import time
 import tracemalloc
-from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from app.config import parse_config
-from app.engines.base import Engine, InferenceHandle
-from app.errors import EngineError
 from app.pipeline import Pipeline
-from app.types import ModelSpec
 from tests.conftest import Collector, free_port
-
-
-class _Done(InferenceHandle):
-    def __init__(self, outputs: list[np.ndarray]) -> None:
-        self._outputs = outputs
-
-    def wait(self) -> list[np.ndarray]:
-        return self._outputs
-
-
-class FixedEngine(Engine):
-    """Returns one confident box per frame, fast: isolates the pipeline from model cost."""
-
-    backend = "fixed:test"
-    batch_sizes = (1, 2, 4)
-
-    def __init__(self, fail_on_call: int | None = None) -> None:
-        self.spec = ModelSpec("fixed", "-", "images", 64, 64, "yolov5", ("person", "car"))
-        self._out = np.zeros((4, 3, 7), np.float32)
-        self._out[:, 0, :] = [32, 32, 20, 20, 0.9, 0.95, 0.01]
-        self._fail_on_call = fail_on_call
-        self.calls = 0
-
-    def submit(self, frames: Sequence[np.ndarray]) -> InferenceHandle:
-        self.calls += 1
-        if self.calls == self._fail_on_call:
-            raise EngineError("injected failure")
-        return _Done([self._out[: len(frames)]])
+from tests.fakes import FixedEngine, MemoryPublisher, MemorySink
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +51,22 @@ def test_an_engine_error_on_one_batch_costs_those_frames_and_the_run_goes_on(sma
     assert dropped.labels(stream="s", reason="live_policy")._value.get() == 0  # counted once, under its own reason
 
 
+def test_a_publisher_and_a_second_sink_passed_in_receive_every_frame(small_clip):
+    publisher, sink = MemoryPublisher(), MemorySink()
+    pipeline = Pipeline(_config(small_clip, free_port()), engine=FixedEngine(), publisher=publisher, sinks=[sink])
+    pipeline.start()
+    try:
+        assert pipeline.wait(60)
+    finally:
+        pipeline.close()
+    assert [d["seq"] for d in publisher.of("s")] == list(range(40))
+    assert [r.meta.seq for r in sink.results] == list(range(40)) and all(sink.lossless)
+    assert sink.started.is_set() and sink.closed and publisher.closed
+    assert publisher.of("s", "statuses")[-1]["state"] == "ended"
+    report = pipeline.report()
+    assert report.published == {"s": 40} and report.dropped == {"s": 0} and not report.failed
+
+
 def test_the_start_up_log_says_how_much_memory_the_frame_ring_takes(small_clip, caplog):
     import logging
 
@@ -106,20 +90,22 @@ def test_steady_state_allocates_nothing_that_grows_with_frames(small_clip):
     port = free_port()
     pipeline = Pipeline(_config(small_clip, port, loop=True), engine=FixedEngine())
     pipeline.start()
-    progress = pipeline.results.progress["s"]
+
+    def published() -> int:
+        return pipeline.streams()["s"].published
 
     def wait_for(frames: int) -> None:
         deadline = time.monotonic() + 60
-        while progress.published < frames and time.monotonic() < deadline:
+        while published() < frames and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert progress.published >= frames
+        assert published() >= frames
 
     try:
         wait_for(100)
         tracemalloc.start(5)
-        wait_for(progress.published + 50)
+        wait_for(published() + 50)
         before = tracemalloc.take_snapshot()
-        wait_for(progress.published + 300)
+        wait_for(published() + 300)
         after = tracemalloc.take_snapshot()
     finally:
         tracemalloc.stop()

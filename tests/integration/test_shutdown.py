@@ -23,8 +23,8 @@ import pytest
 from app.config import parse_config
 from app.pipeline import Pipeline
 from tests.conftest import Collector, free_port, start_detstream, stop_process, wait_until
+from tests.fakes import FixedEngine
 from tests.integration.rtsp import make_clip
-from tests.integration.test_pipeline_inprocess import FixedEngine
 
 EXIT_WITHIN_S = 5.0
 FORCED_WITHIN_S = 1.0
@@ -224,8 +224,7 @@ def test_every_frame_a_decoder_handed_over_before_stop_is_published(tmp_path):
     pipeline = Pipeline(config, engine=SlowEngine())
     pipeline.start()
     try:
-        progress = pipeline.results.progress
-        assert wait_until(lambda: all(p.published >= 30 for p in progress.values()), 30)
+        assert wait_until(lambda: all(s.published >= 30 for s in pipeline.streams().values()), 30)
         pipeline.stop()
         assert pipeline.wait(10), "the drain did not finish"
     finally:

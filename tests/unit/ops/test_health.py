@@ -8,7 +8,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import pytest
@@ -16,32 +15,34 @@ import pytest
 from app.errors import ConfigError
 from app.health import HealthServer
 from app.metrics import PipelineMetrics
+from app.sources.base import SourceState
+from app.stages.results import StreamSnapshot
 
 
-@dataclass
-class FakeProgress:
-    state: str = "connecting"
-    reason: str = ""
-
-
-@dataclass
-class FakeResults:
-    progress: dict[str, FakeProgress]
-    alive: bool = True
-    last_publish_at: float = field(default_factory=time.monotonic)
+def snapshot(state: str) -> StreamSnapshot:
+    return StreamSnapshot(SourceState(state), "", 0, None, 0, 0, {}, 0.0)
 
 
 class FakePipeline:
+    """The public, read-only state HealthServer reads of a Pipeline."""
+
     def __init__(self, heartbeat_s: float = 5.0) -> None:
         self.metrics = PipelineMetrics()
         self.ready = threading.Event()
-        self.results: FakeResults | None = None
+        self.alive = False
+        self.last_publish_at: float | None = None
         self.publisher = None
         self.config = SimpleNamespace(publish=SimpleNamespace(heartbeat_s=heartbeat_s))
+        self._streams: dict[str, StreamSnapshot] = {}
+
+    def streams(self) -> dict[str, StreamSnapshot]:
+        return dict(self._streams)
 
     def begin(self, *states: str) -> None:
-        self.results = FakeResults({f"s{i}": FakeProgress(state) for i, state in enumerate(states)})
+        self._streams = {f"s{i}": snapshot(state) for i, state in enumerate(states)}
         self.publisher = SimpleNamespace(sent=0, dropped_hwm=0)
+        self.alive = True
+        self.last_publish_at = time.monotonic()
         self.ready.set()
 
 
@@ -92,7 +93,7 @@ def test_a_live_postprocess_thread_with_a_recent_heartbeat_is_healthy(pipeline, 
 
 def test_a_dead_postprocess_thread_is_unhealthy(pipeline, server):
     pipeline.begin("running")
-    pipeline.results.alive = False
+    pipeline.alive = False
     status, _, body = get(server, "/healthz")
     assert status == 503 and "postprocess thread" in json.loads(body)["reason"]
 
@@ -100,14 +101,14 @@ def test_a_dead_postprocess_thread_is_unhealthy(pipeline, server):
 def test_nothing_published_for_two_heartbeats_is_unhealthy():
     pipeline = FakePipeline(heartbeat_s=0.1)
     pipeline.begin("running")
-    pipeline.results.last_publish_at = time.monotonic() - 1.0
+    pipeline.last_publish_at = time.monotonic() - 1.0
     health = HealthServer(pipeline, "127.0.0.1", 0)
     health.start()
     try:
         status, _, body = get(health, "/healthz")
         reply = json.loads(body)
         assert status == 503 and reply["published_recently"] is False and "nothing published" in reply["reason"]
-        pipeline.results.last_publish_at = time.monotonic()  # the results stage published again
+        pipeline.last_publish_at = time.monotonic()  # the results stage published again
         assert get(health, "/healthz")[0] == 200
     finally:
         health.stop()

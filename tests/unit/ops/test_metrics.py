@@ -18,7 +18,8 @@ def test_decoded_and_published_counts_are_per_stream() -> None:
     metrics = PipelineMetrics()
     for stream in ("a", "a", "b"):
         metrics.count_decoded(stream)
-    metrics.count_published("a", [("total", 20.0)])
+    metrics.count_published("a")
+    metrics.observe_latencies([("total", 20.0)])
     samples = _samples(metrics)
     assert samples[("detstream_frames_decoded_total", (("stream", "a"),))] == 2
     assert samples[("detstream_frames_decoded_total", (("stream", "b"),))] == 1
@@ -28,8 +29,8 @@ def test_decoded_and_published_counts_are_per_stream() -> None:
 
 def test_published_latencies_are_observed_in_seconds_per_stage() -> None:
     metrics = PipelineMetrics()
-    metrics.count_published("a", [("decode", 2.0), ("infer", 40.0), ("total", 60.0)])
-    metrics.count_published("b", [("decode", 4.0), ("infer", 30.0), ("total", 50.0)])
+    metrics.observe_latencies([("decode", 2.0), ("infer", 40.0), ("total", 60.0)])
+    metrics.observe_latencies([("decode", 4.0), ("infer", 30.0), ("total", 50.0)])
     samples = _samples(metrics)
 
     def total(stage: str) -> float:
