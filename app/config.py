@@ -263,9 +263,9 @@ class PublishConfig(StrictModel):
     endpoint: str = Field("tcp://127.0.0.1:5555", max_length=MAX_PATH_CHARS)
     encoding: Literal["json", "msgpack"] = "json"
     sndhwm: int = Field(10000, ge=1, le=10_000_000, description="messages queued per subscriber before ZeroMQ drops")
-    linger_ms: int = Field(2000, ge=0, le=int(DAY_S * 1000))
-    heartbeat_s: float = Field(5.0, gt=0, le=DAY_S)
-    startup_wait_s: float = Field(1.0, ge=0, le=DAY_S, description="wait this long for a first subscriber "
+    linger_ms: int = Field(2000, ge=0, le=60_000, description="at exit, wait this long for queued messages")
+    heartbeat_s: float = Field(5.0, ge=0.1, le=DAY_S)
+    startup_wait_s: float = Field(1.0, ge=0, le=60.0, description="wait this long for a first subscriber "
                                   "(slow joiner)")
     curve: CurveConfig | None = None
 
