@@ -98,9 +98,8 @@ class SlowProxy:
                 return
             if not data:
                 return
-            if first and delay_s:
-                if self._stop.wait(delay_s):
-                    return
+            if first and delay_s and self._stop.wait(delay_s):
+                return
             first = False
             if from_server and self._frozen.is_set():
                 continue  # swallowed: the client hears nothing more
