@@ -38,6 +38,7 @@ MAX_ID_CHARS = 64          # like derived ids (derive_source_id)
 MAX_PATH_CHARS = 4096      # PATH_MAX; URLs and endpoints too
 MAX_HOST_CHARS = 255
 MAX_SHOWN_CHARS = 200      # how much of a bad value an error line quotes
+MAX_PROBLEMS_SHOWN = 5     # an error line names this many problems, then counts the rest
 
 
 class StrictModel(BaseModel):
@@ -411,14 +412,15 @@ def shorten(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
 
 
 def format_validation_error(error: ValidationError) -> str:
-    """One line per problem, each ``field.path: message (got VALUE)``."""
+    """The problems joined by ``; ``, each ``field.path: message (got VALUE)``; the first few, then a count."""
     lines = []
-    for item in error.errors():
+    problems = error.errors()
+    for item in problems[:MAX_PROBLEMS_SHOWN]:
         path = ""
         for part in item["loc"]:
             part = part if isinstance(part, int) else shorten(str(part), MAX_ID_CHARS)
             path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-        message = shorten(item["msg"].removeprefix("Value error, "), 2 * MAX_SHOWN_CHARS)
+        message = shorten(item["msg"].removeprefix("Value error, "))
         value = item.get("input")
         hidden = isinstance(value, (dict, list)) or item["type"] == "missing"
         shown = "" if hidden else f" (got {shorten(redact_url(repr(value)))})"  # redacted whole, then cut
@@ -426,6 +428,8 @@ def format_validation_error(error: ValidationError) -> str:
             lines.append(f"{message}{shown}")  # a model-level check that already names its field
         else:
             lines.append(f"{path or 'config'}: {message}{shown}")
+    if len(problems) > MAX_PROBLEMS_SHOWN:
+        lines.append(f"and {len(problems) - MAX_PROBLEMS_SHOWN} more problems")
     return "; ".join(lines)
 
 

@@ -15,6 +15,7 @@ Two guards, both linear in the length of the text:
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from urllib.parse import quote
@@ -29,11 +30,16 @@ _secrets_lock = threading.Lock()
 
 
 def register_secret(value: str) -> None:
-    """Mask ``value`` (and its percent-encoded form) in every later :func:`redact_url` call of this process."""
+    """Mask ``value`` in every later :func:`redact_url` call of this process.
+
+    Also its percent-encoded, ``repr`` and JSON-escaped forms: error lines quote values with ``repr``.
+    """
     if len(value) < MIN_SECRET_CHARS:
         return
+    forms = {value, quote(value, safe=""), repr(value)[1:-1], json.dumps(value)[1:-1],
+             json.dumps(value, ensure_ascii=False)[1:-1]}
     with _secrets_lock:
-        _secrets.update({value, quote(value, safe="")})
+        _secrets.update(form for form in forms if len(form) >= MIN_SECRET_CHARS)
 
 
 def redact_url(text: str) -> str:
