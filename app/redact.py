@@ -42,6 +42,12 @@ def register_secret(value: str) -> None:
         _secrets.update(form for form in forms if len(form) >= MIN_SECRET_CHARS)
 
 
+def forget_secrets() -> None:
+    """Drop every registered secret (tests; each test's config is its own)."""
+    with _secrets_lock:
+        _secrets.clear()
+
+
 def redact_url(text: str) -> str:
     """Replace the password of every ``scheme://user:pass@`` in ``text`` with ``***``, and every registered secret.
 

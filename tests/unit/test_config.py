@@ -26,9 +26,17 @@ from app.config import (
     source_kind,
 )
 from app.errors import ConfigError
+from app.redact import forget_secrets
 
 REPO = Path(__file__).resolve().parents[2]
 ONE_FILE = [{"url": "clips/a.mp4"}]
+
+@pytest.fixture(autouse=True)
+def _own_secrets():
+    """Secrets registered by one test's config must not mask another test's text."""
+    yield
+    forget_secrets()
+
 
 
 def config_error(tree: object, env: dict[str, str] | None = None) -> str:

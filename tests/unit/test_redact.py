@@ -19,12 +19,19 @@ from hypothesis import strategies as st
 from app.config import masked_dump, parse_config
 from app.logs import RedactingFilter
 from app.publish.messages import status_payload
-from app.redact import redact_url
+from app.redact import forget_secrets, redact_url
 from app.sources.opening import plan_open
 
 SPECIALS = ":/?#[]@!$&'()*+,;=% \"<>\\^`{|}~"
 # One secret per special character, each unlike anything detstream prints, plus all of them at once.
 PASSWORDS = [f"Qz{c}Xw9{c}Kv" for c in SPECIALS] + ["hunter2/x", "p@ss:w/rd%", f"Jq7{SPECIALS}Vb3"]
+
+@pytest.fixture(autouse=True)
+def _own_secrets():
+    """Secrets registered by one test's config must not mask another test's text."""
+    yield
+    forget_secrets()
+
 
 
 def fragments(secret: str, size: int = 4) -> set[str]:
@@ -76,8 +83,11 @@ def test_an_interpolated_password_leaves_no_piece_in_dump_status_or_log(password
 @given(st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), min_size=4, max_size=24))
 @settings(max_examples=150, deadline=None)
 def test_any_interpolated_password_is_masked_in_the_dump(password):
-    config = parse_config({"sources": [{"id": "gate", "url": "rtsps://admin:${PW}@cam.local:322/live"}]},
-                          env={"PW": password})
+    try:
+        config = parse_config({"sources": [{"id": "gate", "url": "rtsps://admin:${PW}@cam.local:322/live"}]},
+                              env={"PW": password})
+    finally:
+        forget_secrets()  # one example's password must not mask the next one's dump
     assert yaml.safe_load(masked_dump(config))["sources"][0]["url"] == "rtsps://admin:***@cam.local:322/live"
 
 
