@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 # Bounds a real deployment needs and no more: every number finite, every string short enough to log.
 DAY_S = 86_400.0
 YEAR_S = 366 * DAY_S
+MIN_TIMEOUT_S = 0.1        # below this, a timeout only ever fires on a healthy source
 MAX_ID_CHARS = 64          # like derived ids (derive_source_id)
 MAX_PATH_CHARS = 4096      # PATH_MAX; URLs and endpoints too
 MAX_HOST_CHARS = 255
@@ -100,9 +101,11 @@ class SourceConfig(StrictModel):
     decode: Literal["cpu", "cuda"] = "cpu"
     realtime: bool = Field(False, description="pace a file at its own frame rate, like a camera")
     loop: bool = Field(False, description="restart a file at its end; seq continues")
-    open_timeout_s: float = Field(10.0, gt=0, le=DAY_S, description="connecting, up to the stream's first data")
-    read_timeout_s: float = Field(10.0, gt=0, le=DAY_S, description="a read that returns nothing for this long")
-    stall_timeout_s: float = Field(10.0, gt=0, le=DAY_S, description="no frame for this long: reconnect")
+    open_timeout_s: float = Field(10.0, ge=MIN_TIMEOUT_S, le=DAY_S, description="connecting, up to the stream's "
+                                  "first data")
+    read_timeout_s: float = Field(10.0, ge=MIN_TIMEOUT_S, le=DAY_S, description="a read that returns nothing for "
+                                  "this long")
+    stall_timeout_s: float = Field(10.0, ge=MIN_TIMEOUT_S, le=DAY_S, description="no frame for this long: reconnect")
     max_staleness_ms: float = Field(500.0, gt=0, le=DAY_S * 1000, description="live mode: older frames never reach "
                                     "the engine")
     reconnect: BackoffConfig = Field(default_factory=BackoffConfig)

@@ -107,7 +107,7 @@ def test_config_check_of_a_generated_file_exits_0_or_2_with_one_error_line(tree,
 
 
 # Runs: values that validate (or nearly) around the edges, on a real clip, bounded to 2 s.
-RUN_NUMBERS = st.sampled_from([0.1, 1, 2.5, 1e-9, 59.9, 86_400.0, 1e308, 10**7, -1])
+RUN_NUMBERS = st.sampled_from([1, 2.5, 1e-9, 0.05, 59.9, 86_400.0, 1e308, 10**7, -1])
 RUN_SOURCE = st.fixed_dictionaries({}, optional={
     "max_fps": RUN_NUMBERS, "realtime": st.booleans(), "loop": st.booleans(), "mode": st.sampled_from(["live", "file"]),
     "open_timeout_s": RUN_NUMBERS, "read_timeout_s": RUN_NUMBERS, "stall_timeout_s": RUN_NUMBERS,

@@ -73,6 +73,13 @@ def test_an_extreme_value_of_any_number_is_refused_naming_its_field(path, value)
     assert "\n" not in message and len(message) < MAX_LINE
 
 
+@pytest.mark.parametrize("field", ["open_timeout_s", "read_timeout_s", "stall_timeout_s"])
+def test_a_timeout_too_short_to_ever_succeed_is_refused(field):
+    parse_path(f"sources[0].{field}", 0.1)
+    with pytest.raises(ConfigError, match=rf"^sources\[0\]\.{field}: "):
+        parse_path(f"sources[0].{field}", 1e-9)
+
+
 @pytest.mark.parametrize("path", sorted(all_paths()))
 def test_the_largest_value_a_deployment_needs_is_accepted(path):
     largest = all_paths()[path]

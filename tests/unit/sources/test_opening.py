@@ -68,7 +68,8 @@ def test_an_open_that_ran_out_of_time_is_a_timeout_whatever_ffmpeg_returned():
     config = SourceConfig(id="s", url="rtsp://127.0.0.1:1/s")
     error = source_error(config, _raised(-av.error.tag_to_code(b"INDA"), config.url), "open", timed_out=True)
     assert error.kind == FailureKind.TIMEOUT.value
-    assert str(error) == "rtsp://127.0.0.1:1/s: timeout: no answer to OPTIONS/DESCRIBE/PLAY within 10 s (open_timeout_s)"
+    assert str(error) == ("rtsp://127.0.0.1:1/s: timeout: no answer to OPTIONS/DESCRIBE/PLAY within 10 s "
+                          "(open_timeout_s)")
 
 
 def test_a_file_that_is_not_a_video_says_so_with_its_name():
