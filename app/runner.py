@@ -109,6 +109,8 @@ def _serve_metrics(config: DetstreamConfig, pipeline: Pipeline):
 def run_command(args: argparse.Namespace, stop: StopRequest | None = None) -> int:
     """``stop``: the process's signal handling when ``python -m app`` installed it first; else installed here."""
     stop = stop or StopRequest().install()
+    if stop.requested:  # a signal while the interpreter imported this module: nothing to undo
+        return 0
     config = build_config(args)
     config = _select_shard(config, args.shard)
     if config is None or stop.requested:
