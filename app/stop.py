@@ -4,8 +4,9 @@
 else, so a signal during start-up (config, logging, model load) is never met
 by the default action (SIGTERM would end the process with 143, publishing
 nothing). Whatever exists when the signal comes is stopped; what is attached
-later is stopped at once. The first signal asks for a drain (exit 0); the
-second exits at once with 130.
+later is stopped at once. The first signal asks for a drain (exit 0); a
+signal while the target is already stopping (the second signal, or one after
+``duration_s`` ran out) exits at once with 130.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Stoppable(Protocol):
+    """What a signal stops: :class:`app.pipeline.Pipeline`."""
+
+    @property
+    def stopping(self) -> bool: ...
+
     def stop(self) -> None: ...
 
 
@@ -67,7 +73,7 @@ class StopRequest:
             self._target.stop()
 
     def _handle(self, signum: int, _frame: object) -> None:
-        if self._event.is_set():
+        if self._event.is_set() or (self._target is not None and self._target.stopping):
             logger.warning("second signal: exiting now")
             os._exit(EXIT_FORCED)
         logger.info("%s: stopping (again to force)", signal.Signals(signum).name)

@@ -5,6 +5,9 @@ A camera password (``S3cretPw``) is put in RTSP URLs of a reachable camera
 password, and of an unreachable one. Everything the worker emits is then
 searched for it: stdout and stderr (text logs at DEBUG and JSON logs), every
 ZeroMQ frame, /metrics, /healthz, /readyz and ``detstream config check``.
+A second run takes a password with every URL-special character from
+``${CAM_PW}`` (percent-encoded into the URL by detstream): it must connect,
+and no 4-character piece of it may appear anywhere.
 
 What already exists elsewhere and is not repeated: the hypothesis fuzz of the
 config loader (tests/unit/test_config.py) and of the payload decoder
