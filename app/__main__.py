@@ -2,6 +2,11 @@
 
 import sys
 
-from app.cli import main
+from app.stop import StopRequest
 
-sys.exit(main())
+# Before any other import: a SIGINT/SIGTERM in the first milliseconds is a stop request, not a kill.
+_stop = StopRequest().install()
+
+from app.cli import main  # noqa: E402
+
+sys.exit(main(stop=_stop))

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from app.errors import DetstreamError
+from app.stop import StopRequest
 
 logger = logging.getLogger("detstream")
 
@@ -117,11 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _dispatch(args: argparse.Namespace) -> int:
+def _dispatch(args: argparse.Namespace, stop: StopRequest | None = None) -> int:
     if args.command == "run":
         from app.runner import run_command
 
-        return run_command(args)
+        return run_command(args, stop)
     if args.command == "subscribe":
         from app.subscribe.render import run_subscribe
 
@@ -149,9 +150,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         run_proxy(args.frontend, args.backend)
         return 0
     if args.command == "config":
-        from app.config import load_config, masked_dump
+        from app.config import config_warnings, load_config, masked_dump
 
-        print(masked_dump(load_config(args.file)), end="")
+        config = load_config(args.file)
+        for warning in config_warnings(config):
+            logger.warning("%s", warning)
+        print(masked_dump(config), end="")
         return 0
     if args.command == "bench":
         from app.bench import bench_command
@@ -177,14 +181,27 @@ def bench_passthrough(argv: list[str]) -> list[str]:
     return argv
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = bench_passthrough(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, stop: StopRequest | None = None) -> int:
+    """``stop``: signal handling installed before this module was imported (``python -m app``).
+
+    ``run`` keeps it (a signal at any point of start-up is a stop request); every other command gets the
+    previous handlers back (Ctrl-C is a KeyboardInterrupt), and a signal that came meanwhile is delivered again.
+    """
+    try:
+        argv = bench_passthrough(sys.argv[1:] if argv is None else argv)
+        args = build_parser().parse_args(argv)
+    except BaseException:
+        if stop is not None:
+            stop.uninstall()
+        raise
+    if stop is not None and args.command != "run":
+        stop.uninstall()
+        stop = None
     from app.logs import setup_logging
 
     setup_logging(args.log_level or "INFO", getattr(args, "run_log_format", None) or args.log_format or "text")
     try:
-        return _dispatch(args)
+        return _dispatch(args, stop)
     except DetstreamError as error:
         print(f"detstream: error: {error}", file=sys.stderr)
         return EXIT_CONFIG

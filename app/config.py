@@ -2,7 +2,9 @@
 
 Loading is two steps, both pure: ``${VAR}`` interpolation over the parsed YAML
 tree (so an unset variable is reported with its field path), then validation.
-Every error is reported as ``field.path: message`` through :class:`ConfigError`.
+Every error is reported as ``field.path: message`` through :class:`ConfigError`
+(both in :mod:`app.config_loading`). Every number is finite and bounded, every
+string length too: the bounds are what a deployment needs, no more.
 Defaults live here and only here; docs/configuration.md is written from them.
 """
 
@@ -21,21 +23,29 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from app.config_loading import format_validation_error, interpolate_env, shorten
 from app.errors import ConfigError
 from app.postprocess.layouts import LAYOUTS, known
-from app.redact import redact_url
+from app.redact import redact_url, register_secret
 
 NETWORK_SCHEMES = ("rtsp", "rtsps", "http", "https")
 _ID_PATTERN = r"^[A-Za-z0-9_.-]+$"
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 logger = logging.getLogger(__name__)
+
+# Bounds a real deployment needs and no more: every number finite, every string short enough to log.
+DAY_S = 86_400.0
+YEAR_S = 366 * DAY_S
+MIN_TIMEOUT_S = 0.1        # below this, a timeout only ever fires on a healthy source
+MAX_ID_CHARS = 64          # like derived ids (derive_source_id)
+MAX_PATH_CHARS = 4096      # PATH_MAX; URLs and endpoints too
+MAX_HOST_CHARS = 255
 
 
 class StrictModel(BaseModel):
     """Base for every config section: unknown keys are mistakes, not extensions."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class SourceMode(str, Enum):
@@ -73,27 +83,31 @@ def source_kind(url: str) -> SourceKind:
 class BackoffConfig(StrictModel):
     """Reconnect delays: exponential with full jitter, reset after a stable period."""
 
-    initial_s: float = Field(0.5, gt=0, description="first retry delay cap")
-    max_s: float = Field(30.0, gt=0, description="largest retry delay cap")
-    multiplier: float = Field(2.0, ge=1.0)
-    reset_after_s: float = Field(30.0, ge=0, description="running this long resets the attempt count")
+    initial_s: float = Field(0.5, gt=0, le=DAY_S, description="first retry delay cap")
+    max_s: float = Field(30.0, gt=0, le=DAY_S, description="largest retry delay cap")
+    multiplier: float = Field(2.0, ge=1.0, le=100.0)
+    reset_after_s: float = Field(30.0, ge=0, le=DAY_S, description="running this long resets the attempt count")
 
 
 class SourceConfig(StrictModel):
     """One camera, stream or file."""
 
-    id: str | None = Field(None, pattern=_ID_PATTERN, description="unique id; default derived from the URL")
-    url: str = Field(..., min_length=1)
+    id: str | None = Field(None, pattern=_ID_PATTERN, max_length=MAX_ID_CHARS,
+                           description="unique id; default derived from the URL")
+    url: str = Field(..., min_length=1, max_length=MAX_PATH_CHARS)
     mode: SourceMode | None = Field(None, description="live | file; default: file for files, live otherwise")
-    max_fps: float | None = Field(None, gt=0, description="decimate before inference (time based)")
+    max_fps: float | None = Field(None, gt=0, le=1000.0, description="decimate before inference (time based)")
     transport: Literal["tcp", "udp"] = "tcp"
     decode: Literal["cpu", "cuda"] = "cpu"
     realtime: bool = Field(False, description="pace a file at its own frame rate, like a camera")
     loop: bool = Field(False, description="restart a file at its end; seq continues")
-    open_timeout_s: float = Field(10.0, gt=0)
-    read_timeout_s: float = Field(10.0, gt=0)
-    stall_timeout_s: float = Field(10.0, gt=0, description="no frame for this long: reconnect")
-    max_staleness_ms: float = Field(500.0, gt=0, description="live mode: older frames never reach the engine")
+    open_timeout_s: float = Field(10.0, ge=MIN_TIMEOUT_S, le=DAY_S, description="connecting, up to the stream's "
+                                  "first data")
+    read_timeout_s: float = Field(10.0, ge=MIN_TIMEOUT_S, le=DAY_S, description="a read that returns nothing for "
+                                  "this long")
+    stall_timeout_s: float = Field(10.0, ge=MIN_TIMEOUT_S, le=DAY_S, description="no frame for this long: reconnect")
+    max_staleness_ms: float = Field(500.0, gt=0, le=DAY_S * 1000, description="live mode: older frames never reach "
+                                    "the engine")
     reconnect: BackoffConfig = Field(default_factory=BackoffConfig)
 
     @field_validator("url")
@@ -244,18 +258,19 @@ class EngineConfig(StrictModel):
 class CurveConfig(StrictModel):
     """CURVE encryption of the result stream; keys are zmq certificate files."""
 
-    server_secret_file: str
+    server_secret_file: str = Field(..., max_length=MAX_PATH_CHARS)
 
 
 class PublishConfig(StrictModel):
     """Where and how detections are published."""
 
-    endpoint: str = "tcp://127.0.0.1:5555"
+    endpoint: str = Field("tcp://127.0.0.1:5555", max_length=MAX_PATH_CHARS)
     encoding: Literal["json", "msgpack"] = "json"
-    sndhwm: int = Field(10000, ge=1, description="messages queued per subscriber before ZeroMQ drops")
-    linger_ms: int = Field(2000, ge=0)
-    heartbeat_s: float = Field(5.0, gt=0)
-    startup_wait_s: float = Field(1.0, ge=0, description="wait this long for a first subscriber (slow joiner)")
+    sndhwm: int = Field(10000, ge=1, le=10_000_000, description="messages queued per subscriber before ZeroMQ drops")
+    linger_ms: int = Field(2000, ge=0, le=60_000, description="at exit, wait this long for queued messages")
+    heartbeat_s: float = Field(5.0, ge=0.1, le=DAY_S)
+    startup_wait_s: float = Field(1.0, ge=0, le=60.0, description="wait this long for a first subscriber "
+                                  "(slow joiner)")
     curve: CurveConfig | None = None
 
     @field_validator("endpoint")
@@ -271,14 +286,14 @@ class MetricsConfig(StrictModel):
     """Prometheus /metrics, /healthz and /readyz; off unless a port is given."""
 
     port: int | None = Field(None, ge=1, le=65535)
-    host: str = "127.0.0.1"
+    host: str = Field("127.0.0.1", max_length=MAX_HOST_CHARS)
 
 
 class AnnotateConfig(StrictModel):
     """Annotated MP4 per source plus a few JPEG snapshots, drawn off the hot path."""
 
-    dir: str | None = None
-    snapshots: int = Field(5, ge=0)
+    dir: str | None = Field(None, max_length=MAX_PATH_CHARS)
+    snapshots: int = Field(5, ge=0, le=1000)
 
 
 class LogConfig(StrictModel):
@@ -296,7 +311,7 @@ class DetstreamConfig(StrictModel):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     annotate: AnnotateConfig = Field(default_factory=AnnotateConfig)
     tracking: Literal["none", "bytetrack"] = "none"
-    duration_s: float | None = Field(None, gt=0, description="stop after this many seconds")
+    duration_s: float | None = Field(None, gt=0, le=YEAR_S, description="stop after this many seconds")
     log: LogConfig = Field(default_factory=LogConfig)
 
     @model_validator(mode="after")
@@ -328,53 +343,14 @@ def shard_of(source_id: str, shards: int) -> int:
     return int.from_bytes(digest[:8], "big") % shards
 
 
-MAX_DEPTH = 32  # no detstream config is deeper; YAML aliases can make a tree infinitely deep
-
-
-def interpolate_env(tree: Any, env: dict[str, str], path: str = "", depth: int = 0) -> Any:
-    """Replace ``${VAR}`` in every string of a parsed YAML tree; unset names raise with the field path."""
-    if depth > MAX_DEPTH:
-        shown = path if len(path) <= 40 else path[:40] + "..."
-        raise ConfigError(f"{shown}: nested more than {MAX_DEPTH} levels deep (a self-referencing YAML alias?)")
-    if isinstance(tree, dict):
-        return {key: interpolate_env(value, env, f"{path}.{key}" if path else str(key), depth + 1)
-                for key, value in tree.items()}
-    if isinstance(tree, list):
-        return [interpolate_env(value, env, f"{path}[{i}]", depth + 1) for i, value in enumerate(tree)]
-    if isinstance(tree, str):
-        def _lookup(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if name not in env:
-                raise ConfigError(f"{path}: environment variable ${{{name}}} is not set")
-            return env[name]
-
-        return _ENV_REF.sub(_lookup, tree)
-    return tree
-
-
-def format_validation_error(error: ValidationError) -> str:
-    """One line per problem, each ``field.path: message (got VALUE)``."""
-    lines = []
-    for item in error.errors():
-        path = ""
-        for part in item["loc"]:
-            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-        message = item["msg"].removeprefix("Value error, ")
-        value = item.get("input")
-        hidden = isinstance(value, (dict, list)) or item["type"] == "missing"
-        shown = "" if hidden else f" (got {redact_url(repr(value))})"
-        if not path and re.match(r"^[A-Za-z_][\w.\[\]]*: ", message):
-            lines.append(f"{message}{shown}")  # a model-level check that already names its field
-        else:
-            lines.append(f"{path or 'config'}: {message}{shown}")
-    return "; ".join(lines)
-
-
 def parse_config(tree: Any, env: dict[str, str] | None = None) -> DetstreamConfig:
     """Validate an already-parsed YAML tree (after ``${VAR}`` interpolation)."""
     if not isinstance(tree, dict):
         raise ConfigError(f"config: expected a mapping at the top level, got {type(tree).__name__}")
-    resolved = interpolate_env(tree, dict(os.environ) if env is None else env)
+    secrets: set[str] = set()
+    resolved = interpolate_env(tree, dict(os.environ) if env is None else env, secrets=secrets)
+    for secret in secrets:
+        register_secret(secret)
     try:
         return DetstreamConfig.model_validate(resolved)
     except ValidationError as error:
@@ -397,6 +373,15 @@ def load_config(path: str | Path, env: dict[str, str] | None = None) -> Detstrea
     except RecursionError:
         raise ConfigError(f"{file}: YAML nested too deeply") from None
     return parse_config(tree, env)
+
+
+def config_warnings(config: DetstreamConfig) -> list[str]:
+    """Legal but probably unintended settings, one line each (logged once by `run` and `config check`)."""
+    by_url: dict[str, list[str]] = {}
+    for source in config.sources:
+        by_url.setdefault(source.url, []).append(source.id or "")
+    return [f"sources {', '.join(repr(i) for i in ids)} read the same URL {shorten(redact_url(url), 100)}: "
+            "each decodes it separately" for url, ids in by_url.items() if len(ids) > 1]
 
 
 def masked_dump(config: DetstreamConfig) -> str:

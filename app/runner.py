@@ -11,14 +11,14 @@ import argparse
 import logging
 import os
 import re
-import signal
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.config import DetstreamConfig, load_config, parse_config, shard_of
+from app.config import DetstreamConfig, config_warnings, load_config, parse_config, shard_of
 from app.errors import ConfigError
+from app.stop import StopRequest
 
 if TYPE_CHECKING:
     from app.pipeline import Pipeline
@@ -96,18 +96,6 @@ def _select_shard(config: DetstreamConfig, shard: str | None) -> DetstreamConfig
     return config.model_copy(update={"sources": mine})
 
 
-def _install_signals(pipeline: Pipeline) -> None:
-    def handler(signum: int, _frame: object) -> None:
-        if pipeline.stopping:
-            logger.warning("second signal: exiting now")
-            os._exit(130)
-        logger.info("%s: stopping (again to force)", signal.Signals(signum).name)
-        pipeline.stop()
-
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
-
-
 def _serve_metrics(config: DetstreamConfig, pipeline: Pipeline):
     if config.metrics.port is None:
         return None
@@ -118,20 +106,28 @@ def _serve_metrics(config: DetstreamConfig, pipeline: Pipeline):
     return server
 
 
-def run_command(args: argparse.Namespace) -> int:
+def run_command(args: argparse.Namespace, stop: StopRequest | None = None) -> int:
+    """``stop``: the process's signal handling when ``python -m app`` installed it first; else installed here."""
+    stop = stop or StopRequest().install()
+    if stop.requested:  # a signal while the interpreter imported this module: nothing to undo
+        return 0
     config = build_config(args)
     config = _select_shard(config, args.shard)
-    if config is None:
+    if config is None or stop.requested:
         return 0
     from app.logs import setup_logging
 
     log_format = args.run_log_format or args.log_format or config.log.format
     setup_logging(args.log_level or config.log.level, log_format)
+    for warning in config_warnings(config):
+        logger.warning("%s", warning)
     _one_thread_per_stage()
     from app.pipeline import Pipeline
 
     pipeline = Pipeline(config, models_dir=args.models_dir)
-    _install_signals(pipeline)
+    stop.attach(pipeline)
+    if stop.requested:  # nothing bound yet, so nothing to publish
+        return 0
     # Before the model loads: a busy port fails fast, and /healthz answers "starting" meanwhile.
     server = _serve_metrics(config, pipeline)
     try:

@@ -21,7 +21,11 @@ from app.redact import redact_url
 
 
 class FailureKind(StrEnum):
-    """Failure classes published as ``error_kind`` and used for retry decisions."""
+    """Failure classes: the word after the URL in a status ``reason``, and the retry decision.
+
+    ``SourceStatus.error_kind`` carries it in process (metrics label ``error_class``); the published
+    status payload has no field of its own for it.
+    """
 
     REFUSED = "refused"                    # nothing listening (TCP RST)
     TIMEOUT = "timeout"                    # no answer / no data in time, stalled stream

@@ -3,6 +3,15 @@
 Everything here runs on the source's decoder thread. Every error leaves as a
 :class:`SourceConnectionError` whose message starts with the redacted URL
 (or the file path as given), e.g. ``"vtest.avi: no such file"``.
+
+Each timeout applies to its own phase, through PyAV's interrupt callback
+(``av.open(timeout=(open_s, read_s))``): ``open_timeout_s`` from connecting to
+the stream's first data, ``min(read_timeout_s, stall_timeout_s)`` for each
+later read. FFmpeg's own socket timeout (``timeout`` for RTSP, ``rw_timeout``
+for HTTP) covers every phase at once, so it is set just above the longest of
+them: a backstop that never cuts a phase short (a camera that answers DESCRIBE
+after 20 s is reached with ``open_timeout_s: 30``) and never names a silent
+server ``corrupt``.
 """
 
 from __future__ import annotations
@@ -36,13 +45,17 @@ class OpenPlan:
     read_timeout_s: float
 
 
+SOCKET_BACKSTOP_S = 1.0  # FFmpeg's socket timeout is this much longer than the longest phase timeout
+
+
 def plan_open(config: SourceConfig) -> OpenPlan:
     """Options per kind; network reads time out at ``min(read_timeout_s, stall_timeout_s)``."""
     kind = config.kind
     if kind is SourceKind.FILE:
         return OpenPlan(file_path(config.url), None, {}, config.open_timeout_s, config.read_timeout_s)
     read_s = min(config.read_timeout_s, config.stall_timeout_s)
-    micros = str(int(read_s * 1_000_000))
+    backstop_s = max(config.open_timeout_s, config.read_timeout_s, config.stall_timeout_s) + SOCKET_BACKSTOP_S
+    micros = str(int(backstop_s * 1_000_000))
     if kind is SourceKind.RTSP:
         # FFmpeg >= 5 calls the RTSP socket timeout `timeout` (formerly `stimeout`), in microseconds.
         # Probing 1 s instead of the default 5 s: opening took 2.9 s against the test server, 0.7 s so.
@@ -91,6 +104,9 @@ def open_container(config: SourceConfig, hwaccel: object | None = None) -> av.co
         raise source_error(config, exc, "open", timed_out=timed_out) from None
 
 
+_HANDSHAKE = {SourceKind.RTSP: "OPTIONS/DESCRIBE/PLAY", SourceKind.HTTP: "the HTTP request"}
+
+
 def source_error(
     config: SourceConfig, exc: BaseException, during: str, *, timed_out: bool = False
 ) -> SourceConnectionError:
@@ -98,7 +114,8 @@ def source_error(
     kind, retryable, reason = classify(exc)
     if timed_out:
         kind, retryable = FailureKind.TIMEOUT, True
-        reason = f"no answer within the timeout ({reason})"
+        asked = _HANDSHAKE.get(config.kind, "open")
+        reason = f"no answer to {asked} within {config.open_timeout_s:g} s (open_timeout_s)"
     elif kind is FailureKind.UNKNOWN and during == "open" and _unresolvable(config):
         kind, retryable, reason = FailureKind.DNS, True, f"host name does not resolve ({reason})"
     elif kind is FailureKind.CORRUPT and config.kind is SourceKind.FILE and during == "open":

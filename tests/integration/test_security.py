@@ -5,6 +5,9 @@ A camera password (``S3cretPw``) is put in RTSP URLs of a reachable camera
 password, and of an unreachable one. Everything the worker emits is then
 searched for it: stdout and stderr (text logs at DEBUG and JSON logs), every
 ZeroMQ frame, /metrics, /healthz, /readyz and ``detstream config check``.
+A second run takes a password with every URL-special character from
+``${CAM_PW}`` (percent-encoded into the URL by detstream): it must connect,
+and no 4-character piece of it may appear anywhere.
 
 What already exists elsewhere and is not repeated: the hypothesis fuzz of the
 config loader (tests/unit/test_config.py) and of the payload decoder
@@ -28,6 +31,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 import psutil
 import pytest
@@ -197,6 +201,58 @@ def test_config_check_masks_the_password_written_in_the_file_and_from_the_enviro
         assert result.returncode == 0, result.stderr
         assert SECRET not in result.stdout + result.stderr
         assert result.stdout.count("admin:***@") == 2
+
+
+# -- a password with every URL-special character, from the environment ----------------------------------------------
+
+SPECIAL = "Hk4:/?#[]@!$&'()*+,;=% Zv"  # interpolated from ${CAM_PW}; percent-encoded into the URL by detstream
+
+
+def fragments(secret: str, size: int = 4) -> set[str]:
+    forms = {secret, quote(secret, safe="")}
+    return {form[i:i + size] for form in forms for i in range(len(form) - size + 1)}
+
+
+@pytest.fixture(scope="module")
+def special_exposure(_gst_rtsp_reason, default_model, tmp_path_factory) -> Exposure:
+    if _gst_rtsp_reason:
+        pytest.skip(_gst_rtsp_reason)
+    from tests.integration.rtsp import RtspServer
+
+    server = RtspServer({"/x": "pattern:320x240@5"}, user="admin", password=SPECIAL).start()
+    zmq_port, metrics_port = free_port(), free_port()
+    file = tmp_path_factory.mktemp("special") / "cams.yaml"
+    file.write_text(f"sources:\n  - id: good\n    url: rtsp://admin:${{CAM_PW}}@127.0.0.1:{server.port}/x\n"
+                    f"  - id: wrong\n    url: rtsp://admin:${{CAM_PW_WRONG}}@127.0.0.1:{server.port}/x\n"
+                    f"  - id: gone\n    url: rtsp://${{CAM_CREDS}}@127.0.0.1:{dead_port()}/x\n"
+                    f"publish:\n  endpoint: tcp://127.0.0.1:{zmq_port}\n")
+    env = {"CAM_PW": SPECIAL, "CAM_PW_WRONG": SPECIAL + "x", "CAM_CREDS": f"admin:{SPECIAL}"}
+    raw = RawFrames(f"tcp://127.0.0.1:{zmq_port}")
+    proc = start_detstream("--log-level", "DEBUG", "run", str(file), "--metrics-port", str(metrics_port),
+                           "--duration", str(RUN_S), "--no-progress", env=env)
+    exposure = Exposure()
+    try:
+        watch(proc, metrics_port, exposure)
+    finally:
+        exposure.code, exposure.stdout, exposure.stderr = stop_process(proc, timeout_s=15)
+        exposure.frames = raw.stop()
+        server.kill()
+    check = detstream("--log-level", "DEBUG", "config", "check", str(file), env=env, timeout_s=60)
+    exposure.http.append(check.stdout + check.stderr)
+    return exposure
+
+
+def test_a_password_with_every_url_special_character_connects(special_exposure):
+    assert special_exposure.code == 0, special_exposure.stderr[-2000:]
+    assert any(f.startswith(b"det/good/") for f in special_exposure.frames), special_exposure.stderr[-2000:]
+    assert any(b"401 Unauthorized" in f for f in special_exposure.frames), "the wrong password was not reported"
+    assert "admin:***@127.0.0.1" in special_exposure.stderr
+
+
+def test_no_piece_of_a_password_with_every_url_special_character_leaks(special_exposure):
+    leaks = {name: sorted(piece for piece in fragments(SPECIAL) if piece in text)
+             for name, text in special_exposure.texts().items()}
+    assert not any(leaks.values()), leaks
 
 
 # -- the subscriber against garbage on the wire -------------------------------------------------------------------

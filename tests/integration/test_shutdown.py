@@ -147,6 +147,42 @@ def test_a_signal_during_start_up_still_exits_0_within_5_s(long_clips, default_m
         assert final and final[0]["state"] == "ended", f"{stream}: no final status"
 
 
+HANDLED_WITHIN_S = 0.3  # the interpreter's own start, then the first import of app/__main__.py
+
+
+def catches_sigterm(pid: int) -> bool:
+    """Whether the process has a handler for SIGTERM (``SigCgt`` of /proc/PID/status)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            mask = next(int(line.split()[1], 16) for line in status if line.startswith("SigCgt:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(mask >> (signal.SIGTERM - 1) & 1)
+
+
+@pytest.mark.parametrize("delay_s", [0.05, 0.2, 0.5, 1.0])
+def test_sigterm_at_any_moment_of_start_up_exits_0(delay_s, long_clips, default_model, collector, port):
+    """From the first import on: config, logging, model load; statuses are published once the socket is bound.
+
+    No process can catch a signal before its interpreter runs, so the signal goes at ``delay_s`` after the
+    start or when the handler is in place, whichever is later; the handler must be in place within
+    HANDLED_WITHIN_S (before any configuration is read).
+    """
+    started = time.monotonic()
+    run = LoggedRun(*run_args(port, f"a={long_clips[0]}"))
+    assert wait_until(lambda: catches_sigterm(run.proc.pid), HANDLED_WITHIN_S, 0.001), \
+        f"no SIGTERM handler {HANDLED_WITHIN_S} s after the start"
+    time.sleep(max(0.0, started + delay_s - time.monotonic()))
+    code, took = run.signal_and_wait(signal.SIGTERM, timeout_s=EXIT_WITHIN_S + 5)
+    collector.stop()
+    assert code == 0, (code, run.lines[-10:])
+    assert took < EXIT_WITHIN_S + 5, f"took {took:.1f} s"
+    assert not any("Traceback" in line for line in run.lines), run.lines
+    if run.wait_for_line(r"publishing on tcp://", 0) is not None:
+        final = collector.statuses("a")[-1:]
+        assert final and final[0]["state"] == "ended", "bound, but no final status"
+
+
 # -- live mode ---------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])

@@ -18,6 +18,7 @@ from app.sources.backoff import Backoff
 from app.sources.base import SourceState
 from app.sources.pyav import PyAVSource
 from tests.integration.rtsp import DrainedBatcher, StatusLog, dead_port, make_clip, missing_seqs
+from tests.integration.slow_peers import SilentServer, SlowProxy
 
 LIVE = {"/cam": "pattern:320x240@10"}
 HW = (96, 128)
@@ -175,6 +176,54 @@ def test_live_overload_drops_frames_and_never_delivers_stale_ones(rtsp_server):
     assert dropped > 0
     gaps = missing_seqs([r.meta.seq for r in received])
     assert gaps <= dropped <= gaps + 4  # frames still waiting at stop are not counted yet
+
+
+# -- each timeout in its own phase ---------------------------------------------------------------------------------
+
+def test_a_silent_server_is_a_timeout_of_the_open_phase_not_corrupt_data():
+    server = SilentServer()
+    try:
+        config = rtsp(server.url(), open_timeout_s=1.5, read_timeout_s=1.0, stall_timeout_s=1.0)
+        started = time.monotonic()
+        with Running(config, backoff=no_jitter(5.0)) as run:
+            status = run.wait(SourceState.RECONNECTING, 6)
+            took = time.monotonic() - started
+    finally:
+        server.close()
+    assert status.error_kind == "timeout", status
+    assert "no answer to OPTIONS/DESCRIBE/PLAY within 1.5 s" in status.reason, status.reason
+    assert 1.3 <= took <= 3.5, f"gave up after {took:.1f} s, not at open_timeout_s"
+
+
+def test_a_camera_answering_after_the_read_timeout_is_reached_within_the_open_timeout(rtsp_server):
+    server = rtsp_server(LIVE)
+    proxy = SlowProxy(server.port, first_reply_delay_s=2.5)
+    try:
+        config = rtsp(proxy.url(), open_timeout_s=8, read_timeout_s=1.0, stall_timeout_s=2.0)
+        with Running(config, backoff=no_jitter(5.0)) as run:
+            run.wait(SourceState.RUNNING, 12)
+            assert run.sink.wait_count("cam", 5, timeout_s=10)
+    finally:
+        proxy.close()
+    assert SourceState.RECONNECTING not in run.log.states()[:2], run.log.statuses[:3]
+
+
+def test_a_camera_silent_after_play_ends_at_the_read_timeout_not_the_open_timeout(rtsp_server):
+    server = rtsp_server(LIVE)
+    proxy = SlowProxy(server.port)
+    try:
+        config = rtsp(proxy.url(), open_timeout_s=30, read_timeout_s=1.0, stall_timeout_s=5.0)
+        with Running(config, backoff=no_jitter(5.0)) as run:
+            assert run.sink.wait_count("cam", 5, timeout_s=10)
+            mark = len(run.log.statuses)
+            frozen = time.monotonic()
+            proxy.freeze()
+            status = run.wait(SourceState.RECONNECTING, 8, after=mark)
+            took = time.monotonic() - frozen
+    finally:
+        proxy.close()
+    assert status.error_kind == "timeout" and "no data for 1 s" in status.reason, status
+    assert took < 4.0, f"gave up after {took:.1f} s"
 
 
 @pytest.mark.parametrize("blocked_in", ["read", "open"])
