@@ -183,6 +183,8 @@ def _exit_code(pipeline: Pipeline, drained: bool = True) -> int:
     for stream_id, count in report.published.items():
         logger.info("%s: published %d frames, dropped %d, %s", stream_id, count, report.dropped[stream_id],
                     report.states[stream_id].value)
+    for sink, reason in report.sink_failures.items():
+        logger.warning("sink %s failed during the run: %s (detections were still published)", sink, reason)
     if not drained:
         print(f"detstream: error: frames in flight were not all published: the drain took over {DRAIN_TIMEOUT_S:.0f} s",
               file=sys.stderr)

@@ -95,6 +95,8 @@ class ResultsStage:
         self._statuses = statuses
         self._publisher = publisher
         self._sinks = list(sinks)
+        self._all_sinks = tuple(sinks)
+        self._detached: dict[str, str] = {}  # sink name -> why its submit raised
         self._ledger = ledger
         self._metrics = metrics
         self._streams = {s.id: _Stream(s.effective_mode is SourceMode.LIVE) for s in config.sources}
@@ -120,6 +122,12 @@ class ResultsStage:
     def last_publish_at(self) -> float:
         """``time.monotonic()`` of the last message published (detections, status or heartbeat)."""
         return self._last_publish_at
+
+    @property
+    def sink_failures(self) -> dict[str, str]:
+        """Sink name -> why it stopped, for each optional sink that failed (none: empty); safe from any thread."""
+        failures = {sink.name: sink.failure for sink in self._all_sinks if sink.failure}
+        return {**failures, **self._detached}
 
     def streams(self) -> dict[str, StreamSnapshot]:
         """A snapshot of every stream; safe from any thread."""
@@ -216,8 +224,9 @@ class ResultsStage:
         for sink in self._sinks:
             try:
                 sink.submit(result, lossless)
-            except Exception:
+            except Exception as error:
                 logger.exception("sink %s failed; detaching it (detections are still published)", sink.name)
+                self._detached[sink.name] = f"{type(error).__name__}: {error}"[:200]
                 self._sinks = [s for s in self._sinks if s is not sink]
 
     # -- statuses ----------------------------------------------------------
