@@ -25,7 +25,7 @@ import numpy as np
 
 from app.batcher import Batcher
 from app.config import DetstreamConfig, SourceMode
-from app.drops import DropLedger, DropReason
+from app.drops import DropLedger, DropReason, HwmWarning
 from app.metrics import PipelineMetrics
 from app.publish.base import Publisher, ResultSink
 from app.publish.messages import detection_payload, status_payload
@@ -48,6 +48,7 @@ class StreamSnapshot:
 
     ``frames`` is the number of frames the source handed over up to the last
     published one (its last ``seq`` + 1); ``published + dropped`` reaches it
+    (a detection message a subscriber missed at its HWM counts as dropped, reason ``subscriber_hwm``)
     once the stream has ended. ``p50_total_ms`` is the median capture-to-publish
     latency of its recent frames (0 before the first).
     """
@@ -104,6 +105,7 @@ class ResultsStage:
         self._last_heartbeat = time.monotonic()
         self._last_publish_at = time.monotonic()
         self._drops = DropReport(engine_name)  # says when live cameras offer more than the engine runs
+        self._hwm_warning = HwmWarning()
         self._thread = StageThread(self._run, "detstream.postprocess")
 
     def start(self) -> None:
@@ -207,12 +209,16 @@ class ResultsStage:
         payload = detection_payload(result, model=self._model_name, engine=self._engine_name,
                                     published_at=time.time(), dropped_before=meta.seq - stream.last_seq - 1,
                                     class_names=self._class_names, now_monotonic=now)
-        self._publisher.publish_detections(meta.stream_id, payload)
+        delivered = self._publisher.publish_detections(meta.stream_id, payload)
         self._last_publish_at = now
         stream.last_seq = meta.seq
         total_ms = (now - meta.t_captured) * 1e3
         stream.total_ms.append(total_ms)
-        policy_drops = self._ledger.publish(meta.stream_id)
+        if delivered:
+            policy_drops = self._ledger.publish(meta.stream_id)
+        else:  # a subscriber at its HWM missed it; the next message's dropped_before says so
+            policy_drops = 0
+            self._ledger.drop(meta.stream_id, DropReason.SUBSCRIBER_HWM)
         self._metrics.observe_latencies(result.latencies_ms(total_ms))
         self._metrics.zmq_dropped.set(self._publisher.dropped_hwm)
         if stream.live:
@@ -269,6 +275,9 @@ class ResultsStage:
         overload = self._drops.due()
         if overload:
             logger.warning(overload)
+        missed = self._hwm_warning.due(self._publisher.dropped_hwm, time.monotonic())
+        if missed:
+            logger.warning(missed)
 
     def _heartbeat_if_due(self) -> None:
         now = time.monotonic()
