@@ -158,7 +158,7 @@ class ZmqPublisher:
         return sent
 
     def publish_status(self, stream_id: str, payload: Mapping[str, Any]) -> bool:
-        """Send a ``detstream.status/1`` map on ``status/<stream_id>/``; False when a subscriber missed it at the HWM."""
+        """Send a ``detstream.status/1`` map on ``status/<stream_id>/``; False when a subscriber missed it."""
         return self._send(status_topic(stream_id), payload)
 
     def _send(self, topic: bytes, payload: Mapping[str, Any]) -> bool:

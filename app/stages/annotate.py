@@ -35,8 +35,8 @@ from app.types import FrameResult
 
 logger = logging.getLogger(__name__)
 
-_MS = Fraction(1, 1000)
-_PUT_POLL_S = 0.1  # how often a waiting lossless submit looks whether the sink has failed meanwhile  # output timestamps are the source's own, in milliseconds
+_MS = Fraction(1, 1000)  # output timestamps are the source's own, in milliseconds
+_PUT_POLL_S = 0.1  # how often a waiting lossless submit looks whether the sink has failed meanwhile
 
 _PALETTE = np.array([(56, 56, 255), (151, 157, 255), (31, 112, 255), (29, 178, 255), (49, 210, 207),
                      (10, 249, 72), (23, 204, 146), (134, 219, 61), (52, 147, 26), (187, 212, 0)], np.uint8)
@@ -259,7 +259,7 @@ class AnnotateSink(ResultSink):
 
 
 def describe_error(error: BaseException) -> str:
-    """One line for a write error: ``strerror (ENAME) [filename]`` for OS errors, else type and message (≤ 200 chars)."""
+    """One line for a write error: ``strerror (ENAME) writing FILE`` for OS errors, else type and message (≤ 200)."""
     if isinstance(error, OSError) and error.errno in errno.errorcode:
         text = f"{error.strerror or error} ({errno.errorcode[error.errno]})"
         if error.filename:

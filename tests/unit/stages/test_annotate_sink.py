@@ -69,7 +69,8 @@ def test_a_sink_whose_disk_fills_stops_once_and_never_blocks_the_submitter(tmp_p
     sink = AnnotateSink(tmp_path, ("thing",), 0, lambda _sid: None, queue_size=2, open_output=open_output)
     sink.start()
     with caplog.at_level(logging.INFO, logger="app.stages.annotate"):
-        assert submit_all(sink, 200, lossless, timeout_s=20, pause_s=0 if lossless else 0.005), "submit blocked on a failed sink"
+        pause_s = 0 if lossless else 0.005  # a live source: slow enough that frames reach the encoder
+        assert submit_all(sink, 200, lossless, timeout_s=20, pause_s=pause_s), "submit blocked on a failed sink"
         sink.close(timeout_s=5)
     assert sink.failure is not None and "ENOSPC" in sink.failure and "f.mp4" in sink.failure
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
