@@ -100,6 +100,7 @@ def test_what_a_sigkill_leaves_is_removed_at_the_next_start(empty_cache, tmp_pat
         proc.wait()
     left = leftovers(empty_cache, models)
     assert any(n.startswith("darknet-") for n in left), left  # SIGKILL runs no clean-up: this is what to sweep
+    models.mkdir(exist_ok=True)
     user_file = models / ".yolov3-tiny.onnx.notes.tmp"  # a name no fetch makes: never touched
     user_file.write_text("mine")
     again = start(COMMANDS["models fetch"], empty_cache, models)
