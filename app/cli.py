@@ -83,12 +83,15 @@ def _add_tools(sub: argparse._SubParsersAction) -> None:
                    help="the batch sizes the engine's profiles cover (default: 1:4:8)")
     b.add_argument("--cache-dir", type=Path, help="default: ~/.cache/detstream/engines")
 
-    q = sub.add_parser("quantize", help="make a static INT8 (QDQ) model calibrated on your footage")
+    q = sub.add_parser("quantize", help="make a static INT8 (QDQ) model calibrated on your footage, or an fp16 one")
     q.add_argument("model", type=Path, help="the fp32 ONNX model, e.g. models/yolov3-tiny.onnx")
-    q.add_argument("--calib", type=Path, required=True, metavar="VIDEO_OR_DIR",
-                   help="a video or a folder of images from the cameras the model will watch (frames are taken "
-                        "evenly over it); agreement with fp32 depends on it (docs/models.md)")
-    q.add_argument("--out", type=Path, help="where to write it (default: <model stem>-int8.onnx beside the model)")
+    q.add_argument("--precision", choices=["int8", "fp16"], default="int8",
+                   help="int8 (default): calibrated QDQ model; fp16: fp16 copy for GPUs (no calibration)")
+    q.add_argument("--calib", type=Path, metavar="VIDEO_OR_DIR",
+                   help="int8: a video or a folder of images from the cameras the model will watch (frames are "
+                        "taken evenly over it); agreement with fp32 depends on it (docs/models.md)")
+    q.add_argument("--out", type=Path,
+                   help="where to write it (default: <model stem>-int8.onnx or -fp16.onnx beside the model)")
     q.add_argument("--frames", type=int, default=100, help="calibration frames (default: 100)")
 
     x = sub.add_parser("proxy", help="XSUB/XPUB fan-in: workers connect to the frontend, subscribers to the backend")
@@ -138,9 +141,9 @@ def _dispatch(args: argparse.Namespace) -> int:
                           cache_dir=args.cache_dir or TensorRTConfig().engine_cache_dir, progress=True)
         return 0
     if args.command == "quantize":
-        from app.models.quantization.quantize import quantize_model
+        from app.models.quantization.quantize import quantize_command
 
-        out = quantize_model(args.model, args.calib, args.out, frames=args.frames)
+        out = quantize_command(args.model, args.precision, args.calib, args.out, frames=args.frames)
         print(f"wrote {out}")
         return 0
     if args.command == "proxy":
