@@ -44,7 +44,8 @@ def default_fp16_output(model_path: Path) -> Path:
     return model_path.with_name(f"{model_path.stem}-fp16.onnx")
 
 
-def convert_fp16(model_path: Path | str, out_path: Path | str | None = None, *, source_sha256: str | None = None) -> Path:
+def convert_fp16(model_path: Path | str, out_path: Path | str | None = None, *,
+                 source_sha256: str | None = None) -> Path:
     """Write the fp16 copy of ``model_path`` (see the module docstring) to ``out_path``; returns the path.
 
     Written to a temporary file and renamed, so a failed run leaves no half model. Raises
