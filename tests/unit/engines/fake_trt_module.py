@@ -71,8 +71,8 @@ def make_module(*, version: str = "11.4.0", input_shape: tuple[int, ...] = (-1, 
         def __init__(self) -> None:
             self.shapes: dict[str, tuple] = {}
 
-        def set_shape(self, name: str, low: tuple, opt: tuple, high: tuple) -> None:
-            self.shapes[name] = (low, opt, high)
+        def set_shape(self, input: str, min: tuple, opt: tuple, max: tuple) -> None:  # the real names
+            self.shapes[input] = (min, opt, max)
 
     class TimingCache:
         def __init__(self, data: bytes) -> None:
@@ -190,18 +190,18 @@ def make_module(*, version: str = "11.4.0", input_shape: tuple[int, ...] = (-1, 
         def get_tensor_dtype(self, name: str) -> str:
             return "float32"
 
-        def get_tensor_profile_shape(self, name: str, index: int) -> list[tuple]:
+        def get_tensor_profile_shape(self, name: str, profile_index: int) -> list[tuple]:
             return [(1, 3, 8, 8), (4, 3, 8, 8), (4, 3, 8, 8)]
 
-        def create_execution_context(self) -> Context | None:
+        def create_execution_context(self, strategy: object = None) -> Context | None:
             return Context()
 
     class Runtime:
         def __init__(self, logger: ILogger) -> None:
             self.logger = logger
 
-        def deserialize_cuda_engine(self, blob: bytes) -> CudaEngine | None:
-            return CudaEngine() if blob == b"plan" else None
+        def deserialize_cuda_engine(self, serialized_engine: bytes) -> CudaEngine | None:
+            return CudaEngine() if serialized_engine == b"plan" else None
 
     flags = SimpleNamespace(TF32="tf32") if major >= 11 else SimpleNamespace(FP16="fp16", INT8="int8", TF32="tf32")
     return SimpleNamespace(
