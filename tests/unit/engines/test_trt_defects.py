@@ -232,3 +232,15 @@ def test_int8_builds_from_the_quantized_model_beside_it_and_says_how_to_make_it(
 def test_bf16_is_refused_with_what_to_set_instead() -> None:
     with pytest.raises(EngineLoadError, match="runs fp16, not bf16"):
         trt_precision("bf16")
+
+
+def test_onnxruntimes_cuda_provider_loads_the_fp16_model_for_fp16_and_auto(tmp_path: Path) -> None:
+    from app.engines.onnxruntime.session import model_file
+
+    spec = make_model(tmp_path / "tiny.onnx", None)
+    for precision in ("fp16", "auto"):
+        chosen = Path(model_file(spec, precision, "CUDAExecutionProvider", tmp_path / "cache"))
+        assert chosen.parent == tmp_path / "cache" / "models" and _precision_of(chosen) == "fp16"
+    assert model_file(spec, "fp32", "CUDAExecutionProvider", tmp_path / "cache") == spec.path
+    assert model_file(spec, "fp16", "CPUExecutionProvider", tmp_path / "cache") == spec.path
+    assert model_file(spec, "fp16", "TensorrtExecutionProvider", tmp_path / "cache") == spec.path
