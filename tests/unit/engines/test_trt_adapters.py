@@ -196,3 +196,37 @@ def test_build_engine_refuses_clearly_without_a_gpu(monkeypatch: pytest.MonkeyPa
         prebuild.build_engine_main(tmp_path / "m.onnx", fp16=True, int8=False, calib=None, batch=(1, 8, 8),
                                     cache_dir=tmp_path, progress=False)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("version", ["11.4.0", "10.13.3"])
+def test_the_default_config_builds_from_the_fp16_model_on_tensorrt_11_and_10_without_falling_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, version: str) -> None:
+    from engine_models import make_model
+    from host_device import HostDevice
+
+    from app.config import EngineConfig
+    from app.engines import create_engine
+    from app.engines.tensorrt import TensorRTEngine, adapter
+
+    trt = make_module(version=version)
+    engine_class = type(trt.Runtime(None).deserialize_cuda_engine(b"plan"))  # the fake engine: the tiny model's tensors
+    monkeypatch.setattr(engine_class, "names", ("images", "pooled", "scaled"))
+    monkeypatch.setattr(engine_class, "shapes", {"images": (-1, 3, 8, 8), "pooled": (-1, 3), "scaled": (-1, 3, 8, 8)})
+    monkeypatch.setattr(engine_class, "num_io_tensors", 3)
+    monkeypatch.setattr(engine_class, "num_optimization_profiles", 2)
+    monkeypatch.setattr(adapter, "native_handle", id)  # HostDevice streams are not cuda-bindings objects
+    spec = make_model(tmp_path / "tiny.onnx", None)
+    device = HostDevice()
+    config = EngineConfig(max_batch=4, tensorrt={"contexts": 2, "cache_dir": str(tmp_path / "cache")})
+    try:
+        engine = create_engine(spec, config, device_factory=lambda: device, trt_factory=lambda: RealTrtRuntime(trt))
+        try:
+            assert isinstance(engine, TensorRTEngine) and engine.backend == "tensorrt:fp16"
+        finally:
+            engine.close()
+    finally:
+        device.close()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "app.engines"]
+    (parsed,) = [name for kind, name, *_ in trt.calls if kind == "parse"]
+    assert parsed.startswith("tiny-fp16-")
+    assert ("create_network", STRONGLY_TYPED) in trt.calls
