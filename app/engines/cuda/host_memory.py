@@ -121,7 +121,7 @@ def _pinned(device: Device, dims: tuple[int, ...], dt: np.dtype, nbytes: int) ->
     ptr = device.host_alloc(max(nbytes, 1))
     raw = (ctypes.c_uint8 * max(nbytes, 1)).from_address(ptr)
     root = np.frombuffer(raw, np.uint8, count=nbytes)  # every view's .base: it lives as long as any view
-    weakref.finalize(root, _host_free, device, ptr)
+    weakref.finalize(root, _host_free, device, ptr).atexit = False  # at exit the process releases it
     array = root.view(dt).reshape(dims)
     del root
     return HostBuffer(array, pinned=True)  # free() drops the last owned view; the finalizer releases
