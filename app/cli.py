@@ -76,9 +76,11 @@ def batch_range(text: str) -> tuple[int, int, int]:
 def _add_tools(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser("build-engine", help="build and cache a TensorRT engine (needs an NVIDIA GPU)")
     b.add_argument("model", type=Path, help="the ONNX model to build from")
-    b.add_argument("--fp16", action="store_true", help="build in FP16")
-    b.add_argument("--int8", action="store_true", help="build in INT8, calibrated on --calib")
-    b.add_argument("--calib", type=Path, metavar="PATH_TO_FRAMES_OR_VIDEO", help="INT8 calibration footage")
+    b.add_argument("--fp16", action="store_true", help="build from the model's fp16 copy (made and cached)")
+    b.add_argument("--int8", action="store_true",
+                   help="build from <model>-int8.onnx (make it with: detstream quantize MODEL --calib FOOTAGE)")
+    b.add_argument("--calib", type=Path, metavar="PATH_TO_FRAMES_OR_VIDEO",
+                   help="not used: detstream quantize --calib calibrates the INT8 model")
     b.add_argument("--batch", default=(1, 4, 8), type=batch_range, metavar="MIN:OPT:MAX",
                    help="the batch sizes the engine's profiles cover (default: 1:4:8)")
     b.add_argument("--cache-dir", type=Path, help="default: ~/.cache/detstream/engines")
