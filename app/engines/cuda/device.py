@@ -180,7 +180,7 @@ class CudaDevice(Device):
 
     @classmethod
     def open(cls, device_index: int = 0) -> CudaDevice:
-        """Import cuda-python, check that a device exists, select it; :class:`EngineLoadError` otherwise."""
+        """Import cuda-bindings, check that a device exists, select it; :class:`EngineLoadError` otherwise."""
         cudart = import_cudart()
         result = cudart.cudaGetDeviceCount()
         if result[0] != cudart.cudaError_t.cudaSuccess:
