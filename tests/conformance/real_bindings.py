@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import urllib.request
@@ -76,9 +77,13 @@ def unpacked(requirement: str) -> Path:
     target = cache_root() / "conformance" / path.stem
     marker = target / ".unpacked"
     if not marker.exists():
+        partial = target.with_name(f".{target.name}.{os.getpid()}")
+        shutil.rmtree(partial, ignore_errors=True)
         with zipfile.ZipFile(path) as archive:
-            archive.extractall(target)
-        marker.touch()
+            archive.extractall(partial)
+        (partial / ".unpacked").touch()
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(partial, target)  # whole or not at all, also with two test sessions at once
     return target
 
 
@@ -91,7 +96,9 @@ def lean_api(major: int) -> dict:
                               capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": ""})
         if done.returncode != 0:
             raise RuntimeError(f"importing tensorrt_lean_bindings {major} failed: {done.stderr}")
-        dump.write_text(done.stdout)
+        partial = dump.with_name(f".{dump.name}.{os.getpid()}")
+        partial.write_text(done.stdout)
+        os.replace(partial, dump)  # another test session may be reading it
     return json.loads(dump.read_text())
 
 
