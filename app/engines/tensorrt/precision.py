@@ -6,8 +6,8 @@ choice of model file, made here:
 * ``auto`` and ``fp16``: the fp16 copy of the model (:func:`app.models.quantization.fp16.fp16_model`,
   made on first use and cached by the model's content under ``<engine cache>/models``);
 * ``int8``: the explicitly quantized model ``<model>-int8.onnx`` that ``detstream quantize`` writes
-  beside the fp32 one (calibrated with the pipeline's letterbox); missing or stale, the engine is refused
-  with the command that makes it;
+  beside the fp32 one (calibrated with the pipeline's letterbox), or the configured model when it is such
+  a file; missing or stale, the engine is refused with the command that makes it;
 * ``fp32``: the model itself;
 * ``bf16``: refused (TensorRT here runs fp16), so ``create_engine`` falls back or the user changes it.
 """
@@ -46,6 +46,8 @@ def model_for_precision(model_path: Path, precision: str, cache_dir: Path, sha25
         except ModelError as error:
             raise EngineLoadError(f"tensorrt fp16: {error}") from None
     if precision == "int8":
+        if model_path.stem.endswith("-int8"):
+            return model_path  # the configured model is the quantized one already
         int8 = default_output(model_path)
         make = f"detstream quantize {model_path} --calib VIDEO_OR_DIR"
         if not int8.exists():

@@ -227,6 +227,7 @@ def test_int8_builds_from_the_quantized_model_beside_it_and_says_how_to_make_it(
     finally:
         engine.close()
     assert model_for_precision(Path(spec.path), "fp32", tmp_path / "cache") == Path(spec.path)
+    assert model_for_precision(int8, "int8", tmp_path / "cache") == int8  # configured as the model itself
 
 
 def test_bf16_is_refused_with_what_to_set_instead() -> None:
