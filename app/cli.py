@@ -77,19 +77,24 @@ def batch_range(text: str) -> tuple[int, int, int]:
 def _add_tools(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser("build-engine", help="build and cache a TensorRT engine (needs an NVIDIA GPU)")
     b.add_argument("model", type=Path, help="the ONNX model to build from")
-    b.add_argument("--fp16", action="store_true", help="build in FP16")
-    b.add_argument("--int8", action="store_true", help="build in INT8, calibrated on --calib")
-    b.add_argument("--calib", type=Path, metavar="PATH_TO_FRAMES_OR_VIDEO", help="INT8 calibration footage")
+    b.add_argument("--fp16", action="store_true", help="build from the model's fp16 copy (made and cached)")
+    b.add_argument("--int8", action="store_true",
+                   help="build from <model>-int8.onnx (make it with: detstream quantize MODEL --calib FOOTAGE)")
+    b.add_argument("--calib", type=Path, metavar="PATH_TO_FRAMES_OR_VIDEO",
+                   help="not used: detstream quantize --calib calibrates the INT8 model")
     b.add_argument("--batch", default=(1, 4, 8), type=batch_range, metavar="MIN:OPT:MAX",
                    help="the batch sizes the engine's profiles cover (default: 1:4:8)")
     b.add_argument("--cache-dir", type=Path, help="default: ~/.cache/detstream/engines")
 
-    q = sub.add_parser("quantize", help="make a static INT8 (QDQ) model calibrated on your footage")
+    q = sub.add_parser("quantize", help="make a static INT8 (QDQ) model calibrated on your footage, or an fp16 one")
     q.add_argument("model", type=Path, help="the fp32 ONNX model, e.g. models/yolov3-tiny.onnx")
-    q.add_argument("--calib", type=Path, required=True, metavar="VIDEO_OR_DIR",
-                   help="a video or a folder of images from the cameras the model will watch (frames are taken "
-                        "evenly over it); agreement with fp32 depends on it (docs/models.md)")
-    q.add_argument("--out", type=Path, help="where to write it (default: <model stem>-int8.onnx beside the model)")
+    q.add_argument("--precision", choices=["int8", "fp16"], default="int8",
+                   help="int8 (default): calibrated QDQ model; fp16: fp16 copy for GPUs (no calibration)")
+    q.add_argument("--calib", type=Path, metavar="VIDEO_OR_DIR",
+                   help="int8: a video or a folder of images from the cameras the model will watch (frames are "
+                        "taken evenly over it); agreement with fp32 depends on it (docs/models.md)")
+    q.add_argument("--out", type=Path,
+                   help="where to write it (default: <model stem>-int8.onnx or -fp16.onnx beside the model)")
     q.add_argument("--frames", type=int, default=100, help="calibration frames (default: 100)")
 
     x = sub.add_parser("proxy", help="XSUB/XPUB fan-in: workers connect to the frontend, subscribers to the backend")
@@ -139,9 +144,9 @@ def _dispatch(args: argparse.Namespace, stop: StopRequest | None = None) -> int:
                           cache_dir=args.cache_dir or TensorRTConfig().engine_cache_dir, progress=True)
         return 0
     if args.command == "quantize":
-        from app.models.quantization.quantize import quantize_model
+        from app.models.quantization.quantize import quantize_command
 
-        out = quantize_model(args.model, args.calib, args.out, frames=args.frames)
+        out = quantize_command(args.model, args.precision, args.calib, args.out, frames=args.frames)
         print(f"wrote {out}")
         return 0
     if args.command == "proxy":
