@@ -166,6 +166,7 @@ class Analytics:
     def __init__(self, sources: Sequence, class_names: Sequence[str]) -> None:
         self.class_names = tuple(class_names)
         self._streams: dict[str, StreamAnalytics] = {}
+        self._latest: dict[str, dict[str, dict]] = {}
         for index, source in enumerate(sources):
             if not (source.zones or source.lines):
                 continue
@@ -174,6 +175,7 @@ class Analytics:
                 raise ConfigError(problem)
             regions: list[Region] = [ZoneRegion(z) for z in source.zones] + [LineRegion(li) for li in source.lines]
             self._streams[source.id] = StreamAnalytics(source.id, regions, index)
+            self._latest[source.id] = {r.name: r.counts.as_dict() for r in regions}
 
     def __contains__(self, stream_id: str) -> bool:
         return stream_id in self._streams
@@ -200,16 +202,15 @@ class Analytics:
         return self._frame(stream, stream.forget(), None)
 
     def counts(self, stream_id: str) -> dict[str, dict]:
-        """Every region's :meth:`Counts.as_dict` of one stream (empty without regions)."""
-        stream = self._streams.get(stream_id)
-        return {} if stream is None else {r.name: r.counts.as_dict() for r in stream.regions}
+        """Every region's counts (:meth:`Counts.as_dict`) of one stream after its last frame, by name; empty
+        without regions. Safe from any thread: the postprocess thread replaces the map, never changes it."""
+        return self._latest.get(stream_id, {})
 
     def shapes(self, stream_id: str) -> tuple[Shape, ...]:
         stream = self._streams.get(stream_id)
         return () if stream is None else tuple(r.shape for r in stream.regions)
 
-    @staticmethod
-    def _frame(stream: StreamAnalytics, hits: list[Hit], dets: Detections | None) -> FrameAnalytics:
+    def _frame(self, stream: StreamAnalytics, hits: list[Hit], dets: Detections | None) -> FrameAnalytics:
         by_name = {r.name: r for r in stream.regions}
         events = []
         for hit in hits:
@@ -220,8 +221,9 @@ class Analytics:
                 score = round(float(dets.scores[hit.row]), 4)
             events.append(Event(hit.kind, region.kind, hit.region, hit.track_id, hit.label, score, box,
                                 hit.direction, hit.reason, hit.counts))
-        return FrameAnalytics(tuple(events), tuple(r.shape for r in stream.regions),
-                              {r.name: r.counts.as_dict() for r in stream.regions})
+        counts = {r.name: r.counts.as_dict() for r in stream.regions}
+        self._latest[stream.stream_id] = counts
+        return FrameAnalytics(tuple(events), tuple(r.shape for r in stream.regions), counts)
 
 
 __all__ = ["EVENT_KINDS", "Analytics", "Event", "FrameAnalytics", "StreamAnalytics"]
