@@ -32,11 +32,15 @@ Point = tuple[float, float]
 
 @dataclass(frozen=True, slots=True)
 class Shape:
-    """A zone or line as drawn on one frame size: name, ``kind`` (``zone``/``line``) and frame-pixel points."""
+    """A zone or line as drawn on one frame size: name, ``kind`` (``zone``/``line``) and frame-pixel points.
+
+    ``in_sign`` (lines): +1 when ``in`` is right of first→second point as seen on screen, -1 when left.
+    """
 
     name: str
     kind: str
     points: tuple[Point, ...]
+    in_sign: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,14 +179,15 @@ class LineRegion:
         self.anchor = config.anchor.value
         self.classes = frozenset(config.classes) if config.classes else None
         self.counts = Counts(zone=False)
-        self.shape = Shape(self.name, "line", ())
+        self.in_sign = 1 if config.in_side == "right" else -1
+        self.shape = Shape(self.name, "line", (), self.in_sign)
         self.a: Point = (0.0, 0.0)
         self.b: Point = (0.0, 0.0)
-        self.in_sign = 1 if config.in_side == "right" else -1
         self._tracks: dict[int, _LineTrack] = {}
 
     def resize(self, width: int, height: int) -> None:
-        self.shape = Shape(self.name, "line", _pixels(self.config.points, self.config.units, width, height))
+        self.shape = Shape(self.name, "line", _pixels(self.config.points, self.config.units, width, height),
+                           self.in_sign)
         self.a, self.b = self.shape.points
 
     def observe(self, track_id: int, label: str, side: int, point: Point, row: int, hits: list[Hit]) -> None:
