@@ -44,8 +44,9 @@ def draw_analytics(canvas: np.ndarray, analytics: FrameAnalytics) -> None:
         cv2.addWeighted(tint, ZONE_ALPHA, canvas, 1 - ZONE_ALPHA, 0, dst=canvas)
         cv2.polylines(canvas, polygons, True, ZONE_COLOR, 2, cv2.LINE_AA)
         for shape, polygon in zip(zones, polygons, strict=True):
-            top = polygon[np.argmin(polygon[:, 1])]
-            _label(canvas, _caption(shape, analytics.counts[shape.name]), (int(top[0]), int(top[1]) - 4), ZONE_COLOR)
+            bottom = polygon[np.argmax(polygon[:, 1])]  # below the zone: box labels sit above boxes
+            _label(canvas, _caption(shape, analytics.counts[shape.name]), (int(bottom[0]), int(bottom[1]) + 20),
+                   ZONE_COLOR)
     for shape in analytics.shapes:
         if shape.kind != "line" or not shape.points:
             continue

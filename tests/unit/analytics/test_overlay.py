@@ -20,7 +20,7 @@ def test_zones_are_translucent_lines_are_drawn_and_far_pixels_are_untouched():
     assert np.abs(canvas[200, 200].astype(int) - tinted).max() <= 1  # inside the zone, away from edges and text
     assert canvas[200, 400].tolist() == list(LINE_COLOR)
     assert canvas[470, 600].tolist() == [100, 100, 100]
-    assert (canvas[:100] != 100).any()  # the zone's caption sits above its top edge
+    assert (canvas[300:330, 100:300] != 100).any()  # the zone's caption sits below its bottom edge
 
 
 def test_a_frame_without_shapes_is_left_as_it_is():
