@@ -9,8 +9,9 @@ its events and every region's counts after them. The semantics (anchor point,
 debounce, dwell, lost tracks) are those of :mod:`app.analytics.regions`.
 
 Per-frame cost is one vectorised anchor, polygon and side test per region
-over the frame's tracked boxes; only tracks inside a zone, or near-known to a
-line, are touched in Python (lab/analytics_bench.py measures it).
+over the frame's tracked boxes, then a few dictionary updates per track
+(``lab/analytics_bench.py`` measures it). A zone remembers only tracks that
+have been inside it.
 """
 
 from __future__ import annotations

@@ -204,3 +204,19 @@ def test_points_outside_the_frame_are_reported_at_the_first_frame(caplog):
 def test_an_unknown_class_is_a_config_error_naming_the_field():
     with pytest.raises(ConfigError, match=r"sources\[0\]\.lines\[0\]\.classes: unknown label\(s\) \['bus'\]"):
         build(lines=[{**LINE, "classes": ["bus"]}])
+
+
+def test_line_crossings_and_zone_events_reach_their_prometheus_series():
+    from app.metrics import PipelineMetrics
+
+    metrics = PipelineMetrics()
+    clip = Clip(build(zones=[ZONE], lines=[LINE]))
+    clip.walk(1, range(150, 360, 10))
+    for event in clip.events:
+        metrics.count_event("cam", event)
+    sample = metrics.registry.get_sample_value
+    assert sample("detstream_line_crossings_total", {"stream": "cam", "line": "gate", "direction": "in",
+                                                     "label": "person"}) == 1
+    assert sample("detstream_zone_events_total", {"stream": "cam", "zone": "yard", "kind": "enter",
+                                                  "label": "person"}) == 1
+    assert sample("detstream_zone_occupancy", {"stream": "cam", "zone": "yard", "label": "person"}) == 1
