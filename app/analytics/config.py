@@ -10,6 +10,7 @@ class names), pixel points outside the frame at the stream's first frame.
 
 from __future__ import annotations
 
+import difflib
 from enum import Enum
 from typing import Literal
 
@@ -119,9 +120,10 @@ def unknown_classes(source_id: str, zones: list[ZoneConfig], lines: list[LineCon
         for i, region in enumerate(regions):
             missing = [c for c in region.classes or () if c not in known]
             if missing:
-                sample = ", ".join(sorted(known)[:8])
+                close = difflib.get_close_matches(missing[0], class_names, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
                 return (f"sources[{index}].{kind}[{i}].classes: unknown label(s) {missing} for this model "
-                        f"(source {source_id!r}; the model knows {len(known)} labels, e.g. {sample})")
+                        f"(source {source_id!r}; {hint}the model has {len(class_names)} labels)")
     return None
 
 
