@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,6 +28,9 @@ from app.analytics.geometry import anchor_points, inside_polygon, side_of_line
 from app.analytics.regions import Hit, LineRegion, Shape, ZoneRegion
 from app.errors import ConfigError
 from app.types import Detections, FrameMeta
+
+if TYPE_CHECKING:
+    from app.config import SourceConfig
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +168,7 @@ class StreamAnalytics:
 class Analytics:
     """Every stream's :class:`StreamAnalytics`, keyed by stream id; streams without zones or lines have none."""
 
-    def __init__(self, sources: Sequence, class_names: Sequence[str]) -> None:
+    def __init__(self, sources: Sequence[SourceConfig], class_names: Sequence[str]) -> None:
         self.class_names = tuple(class_names)
         self._streams: dict[str, StreamAnalytics] = {}
         self._latest: dict[str, dict[str, dict]] = {}
