@@ -172,3 +172,18 @@ def test_zone_events_are_published_after_their_frame_counted_in_prometheus_and_a
     assert run.prometheus("detstream_zone_events_total", stream="f", zone="all", kind="exit", label="person") == 1
     assert run.prometheus("detstream_zone_occupancy", stream="f", zone="all", label="person") == 0
     assert run.results.streams()["f"].counts["all"]["in"] == 1
+
+
+def test_a_source_with_zones_or_lines_is_tracked_and_others_are_not_when_tracking_is_none(caplog):
+    zone = {"name": "all", "points": [[0, 0], [64, 0], [64, 64], [0, 64]]}
+    config = parse_config({"sources": [{"id": "f", "url": "/clips/f.mp4", "zones": [zone]},
+                                       {"id": "cam", "url": "rtsp://h/s"}]}, env={})
+    with caplog.at_level("INFO"):
+        detector = Detector(SPEC, config)
+    assert caplog.text.count("has zones or lines: tracking is on") == 1 and "'f'" in caplog.text
+    engine = FixedEngine()
+    for seq in range(3):
+        metas = [FrameMeta(s, seq, None, time.time(), time.monotonic(), 1.0, BOX) for s in ("f", "cam")]
+        f, cam = detector.detect(engine.submit([None, None]).wait(), metas, t_submit=0.0, t_done=0.0)
+    assert f.detections.track_ids.tolist() == [1] and f.analytics is not None
+    assert cam.detections.track_ids.tolist() == [-1] and cam.analytics is None
