@@ -98,16 +98,10 @@ class StreamAnalytics:
             region.resize(width, height)
             outside = [p for p in region.shape.points if not (0 <= p[0] <= width and 0 <= p[1] <= height)]
             if outside:
-                index = (self._zone_index if region.kind == "zone" else self._line_index)(region)
+                index = [r for r in self.regions if r.kind == region.kind].index(region)
                 logger.error("sources[%d].%ss[%d].points: %s is outside the %dx%d frame of stream %r; the part "
                              "outside can never be reached", self._source_index, region.kind, index,
                              [round(v, 1) for v in outside[0]], width, height, self.stream_id)
-
-    def _zone_index(self, region: Region) -> int:
-        return [r for r in self.regions if r.kind == "zone"].index(region)
-
-    def _line_index(self, region: Region) -> int:
-        return [r for r in self.regions if r.kind == "line"].index(region)
 
     def update(self, dets: Detections, width: int, height: int, t: float, alive: Collection[int],
                class_names: Sequence[str]) -> list[Hit]:
