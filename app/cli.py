@@ -47,7 +47,8 @@ def _add_subscribe(sub: argparse._SubParsersAction) -> None:
     p.add_argument("endpoint", nargs="?", default="tcp://127.0.0.1:5555")
     p.add_argument("--stream", action="append", default=[], metavar="ID", help="only this stream; repeatable")
     p.add_argument("--format", choices=["table", "json", "jsonl"], default="table")
-    p.add_argument("--count", type=int, metavar="N", help="stop after N detection messages")
+    p.add_argument("--count", type=int, metavar="N", help="stop after N detection messages (events with --events)")
+    p.add_argument("--events", action="store_true", help="zone and line events (event/<id>/) instead of detections")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="stop after this long")
     p.add_argument("--out", type=Path, metavar="FILE.jsonl", help="also record every message here")
 
@@ -131,7 +132,8 @@ def _dispatch(args: argparse.Namespace, stop: StopRequest | None = None) -> int:
     if args.command == "subscribe":
         from app.subscribe.render import run_subscribe
 
-        return run_subscribe(args.endpoint, args.stream, args.format, args.count, args.timeout, args.out)
+        return run_subscribe(args.endpoint, args.stream, args.format, args.count, args.timeout, args.out,
+                             events=args.events)
     if args.command == "models":
         from app.model_commands import models_command
 

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from app.analytics.config import LineConfig, ZoneConfig, check_region_names
 from app.config_loading import format_validation_error, interpolate_env, shorten
 from app.errors import ConfigError
 from app.postprocess.layouts import LAYOUTS, known
@@ -109,6 +110,15 @@ class SourceConfig(StrictModel):
     max_staleness_ms: float = Field(500.0, gt=0, le=DAY_S * 1000, description="live mode: older frames never reach "
                                     "the engine")
     reconnect: BackoffConfig = Field(default_factory=BackoffConfig)
+    zones: list[ZoneConfig] = Field(default_factory=list, max_length=64, description="polygons to count tracks "
+                                    "in, with enter/exit/dwell events (docs/analytics.md); turn tracking on")
+    lines: list[LineConfig] = Field(default_factory=list, max_length=64, description="segments to count tracks "
+                                    "crossing, in and out (docs/analytics.md); turn tracking on")
+
+    @model_validator(mode="after")
+    def _region_names(self) -> SourceConfig:
+        check_region_names(self.zones, self.lines)
+        return self
 
     @field_validator("url")
     @classmethod

@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -178,11 +179,23 @@ def _wait(pipeline: Pipeline, config: DetstreamConfig, interactive: bool | None)
     return True
 
 
+def counts_line(name: str, counts: Mapping[str, Any]) -> str:
+    """``door: in 6 (person 6), out 3 (person 3), now 1 (person 1)``: one zone's or line's final counts."""
+    parts = []
+    for key, word in (("in", "in"), ("out", "out"), ("occupancy", "now")):
+        if key in counts:
+            labels = ", ".join(f"{label} {row[key]}" for label, row in sorted(counts["labels"].items()) if row[key])
+            parts.append(f"{word} {counts[key]}" + (f" ({labels})" if labels else ""))
+    return f"{name}: " + ", ".join(parts)
+
+
 def _exit_code(pipeline: Pipeline, drained: bool = True) -> int:
     report = pipeline.report()
     for stream_id, count in report.published.items():
         logger.info("%s: published %d frames, dropped %d, %s", stream_id, count, report.dropped[stream_id],
                     report.states[stream_id].value)
+        for name, counts in report.streams[stream_id].counts.items():
+            logger.info("%s: %s", stream_id, counts_line(name, counts))
     if not drained:
         print(f"detstream: error: frames in flight were not all published: the drain took over {DRAIN_TIMEOUT_S:.0f} s",
               file=sys.stderr)

@@ -1,4 +1,4 @@
-"""ZeroMQ publisher of detection and status messages, with counted high-water-mark drops.
+"""ZeroMQ publisher of detection, status and event messages, with counted high-water-mark drops.
 
 Socket choice. A plain PUB socket drops silently when a subscriber's queue
 is full, so nobody could say how many messages were lost. We use XPUB with
@@ -32,7 +32,7 @@ import zmq.auth
 
 from app.config import PublishConfig
 from app.errors import PublishError
-from app.publish.messages import det_topic, encode, status_topic
+from app.publish.messages import det_topic, encode, event_topic, status_topic
 
 logger = logging.getLogger(__name__)
 
@@ -152,6 +152,10 @@ class ZmqPublisher:
     def publish_status(self, stream_id: str, payload: Mapping[str, Any]) -> bool:
         """Send a ``detstream.status/1`` map on ``status/<stream_id>/``; False when dropped at the HWM."""
         return self._send(status_topic(stream_id), payload)
+
+    def publish_event(self, stream_id: str, payload: Mapping[str, Any]) -> bool:
+        """Send a ``detstream.event/1`` map on ``event/<stream_id>/``; False when dropped at the HWM."""
+        return self._send(event_topic(stream_id), payload)
 
     def _send(self, topic: bytes, payload: Mapping[str, Any]) -> bool:
         if self._closed:
