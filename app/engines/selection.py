@@ -62,11 +62,11 @@ class EnginePlan:
 
     @property
     def requested_skipped(self) -> Skipped | None:
-        """The explicitly requested backend, when the probe rules it out (logged at WARNING)."""
-        if self.requested == "auto":
+        """Why the explicitly requested backend cannot run, when the probe rules out every device of it (logged
+        at WARNING); None for ``auto`` or when the backend runs on some device."""
+        if self.requested == "auto" or any(c.backend == self.requested for c in self.candidates):
             return None
-        return next((s for s in self.skipped if s.candidate.backend == self.requested
-                     and s.candidate == ORDERS[self.requested][0]), None)
+        return next((s for s in self.skipped if s.candidate.backend == self.requested), None)
 
     def why(self) -> str:
         """Why the first candidate: the skipped ones before it, one clause each."""
