@@ -89,7 +89,8 @@ def plan_engines(backend: str, probe: MachineProbe) -> EnginePlan:
 
 def _rule_out(candidate: Candidate, probe: MachineProbe) -> tuple[str, str] | None:
     if candidate.device == "GPU" and not probe.gpu.present:
-        return f"no NVIDIA GPU: {probe.gpu.reason}", DRIVER_INSTALL
+        return f"no NVIDIA GPU: {probe.gpu.reason}", DRIVER_INSTALL if candidate is TENSORRT else \
+            "an NVIDIA GPU with its driver (libcuda.so.1) and pip install onnxruntime-gpu"
     if candidate is TENSORRT and not probe.tensorrt.installed:
         return "TensorRT is not installed", TENSORRT_INSTALL
     if candidate is TENSORRT and probe.tensorrt_flavour == "lean":
