@@ -46,7 +46,8 @@ def render(report: dict[str, Any]) -> str:
     lines = [
         f"CPU          {cpu['model']}, {cpu['physical_cores']} physical cores; "
         f"{', '.join(cpu['features']) or 'no AVX-512, VNNI or AMX'}",
-        f"GPU          {gpu['name']} (driver {gpu['driver']})" if gpu["present"] else f"GPU          none: {gpu['reason']}",
+        f"GPU          {gpu['name']} (driver {gpu['driver']})" if gpu["present"]
+        else f"GPU          none: {gpu['reason']}",
         f"CUDA runtime {report['cuda_runtime'] or 'not found'}; cuda-python {_version(report['cuda_python'])}",
         f"TensorRT     {_version(report['tensorrt'])}" + (f" ({report['tensorrt']['flavour']})"
                                                          if report["tensorrt"]["flavour"] else ""),

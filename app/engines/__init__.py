@@ -28,14 +28,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from app.config import EngineConfig
 from app.engines.base import Engine, InferenceHandle
 from app.engines.cuda.device import CudaDevice, Device
+from app.engines.model_files import PrecisionUnavailable, model_for
 from app.engines.onnxruntime import CPU, OrtEngine
+from app.engines.openvino import OvEngine
 from app.engines.probe import MachineProbe, probe_machine
 from app.engines.selection import ORDERS, Candidate, EnginePlan, Precision, plan_engines, resolve_precision
 from app.engines.tensorrt import open_tensorrt_engine
@@ -84,8 +85,8 @@ def create_engine(
     for candidate in plan.candidates:
         precision = resolve_precision(config.precision, candidate, probe)
         try:
-            engine = BACKENDS[candidate.backend](_model_for(spec, precision.value, candidate), config,
-                                                 factories, candidate, precision.value)
+            model = spec if candidate.backend == "tensorrt" else model_for(spec, precision.value)
+            engine = BACKENDS[candidate.backend](model, config, factories, candidate, precision.value)
         except PrecisionUnavailable:
             raise
         except Exception as error:  # any failure of a candidate means the next one; logged below
@@ -120,30 +121,6 @@ def _log_choice(plan: EnginePlan, failures: list[tuple[Candidate, str]], engine:
         why = plan.why()
         logger.info("engine: %s picked %s for %s (%s)%s", plan.requested, engine.backend, spec.name,
                     precision.reason, f"; passed over {why}" if why else "")
-
-
-class PrecisionUnavailable(EngineLoadError):
-    """``engine.precision`` asks for a model file that is not there: no other backend can help."""
-
-
-def _model_for(spec: ModelSpec, precision: str, candidate: Candidate) -> ModelSpec:
-    """The model file ``precision`` runs: the INT8 (Q/DQ) model beside ``spec`` for ``int8`` (TensorRT
-    quantizes on its own side), else ``spec`` itself."""
-    if precision != "int8" or candidate.backend == "tensorrt":
-        return spec
-    from app.models.quantization.quantize import default_output
-    from app.models.spec import load_model_spec
-
-    source = Path(spec.path)
-    if "int8" in source.stem:
-        return spec
-    qdq = default_output(source)
-    if not qdq.exists():
-        raise PrecisionUnavailable(f"engine.precision: int8 runs the INT8 model {qdq}, which does not exist: make it "
-                                   f"with `detstream quantize {source} --calib VIDEO_FROM_YOUR_CAMERAS`")
-    quantized = load_model_spec(qdq)
-    return replace(spec, path=str(qdq), sha256=quantized.sha256,
-                   ort_disabled_optimizers=quantized.ort_disabled_optimizers)
 
 
 def _onnxruntime(spec: ModelSpec, config: EngineConfig, _factories: Factories, candidate: Candidate,
@@ -182,8 +159,6 @@ def _tensorrt(spec: ModelSpec, config: EngineConfig, factories: Factories, _cand
 def _openvino(spec: ModelSpec, config: EngineConfig, _factories: Factories, _candidate: Candidate,
               precision: str) -> Engine:
     """OpenVINO on the CPU, compiled (or loaded from its cache) and warmed up."""
-    from app.engines.openvino import OvEngine
-
     settings = config.openvino
     t0 = time.monotonic()
     engine = OvEngine(spec, precision, requests=settings.requests, device=settings.device, threads=settings.threads)

@@ -73,8 +73,8 @@ class OrtEngine(Engine):
     more batches, plus one, are submitted, because the output sets rotate over ``in_flight + 2``.
     ``precision`` is ``engine.precision`` resolved for this engine (:func:`app.engines.selection.resolve_precision`);
     :attr:`precision` is what the provider really runs (:func:`reported_precision`), named in :attr:`backend`
-    (``onnxruntime:<provider>:<precision>``). ``allow_spinning`` is the ``session.intra_op.allow_spinning`` setting: off by default because, on
-    a small CPU, spinning pool threads take the cores the decoder threads need.
+    (``onnxruntime:<provider>:<precision>``). ``allow_spinning`` is the ``session.intra_op.allow_spinning``
+    setting: off by default because, on a small CPU, spinning pool threads take the cores the decoder threads need.
     """
 
     def __init__(

@@ -19,7 +19,6 @@ from app.engines.probe import GpuInfo, MachineProbe, Package
 from app.engines.tensorrt import TensorRTEngine
 from app.errors import EngineError, EngineLoadError
 
-
 GPU_MACHINE = MachineProbe(gpu=GpuInfo("Fake GPU", "580.0", 1), tensorrt=Package("10.13.3"), tensorrt_flavour="full")
 """A machine with an NVIDIA GPU and full TensorRT, without ONNX Runtime's GPU provider or OpenVINO: the fake
 TensorRT runs on it, and its fallback is ONNX Runtime's CPU provider."""

@@ -9,10 +9,8 @@ import numpy as np
 import pytest
 from engine_models import make_model, random_frames, reference
 
-pytest.importorskip("openvino")
-
-from app.engines.openvino import OvEngine, openvino_cache_dir  # noqa: E402
-from app.errors import EngineError  # noqa: E402
+from app.engines.openvino import OvEngine, openvino_cache_dir
+from app.errors import EngineError
 
 
 @pytest.fixture
