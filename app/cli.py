@@ -27,6 +27,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--publish", metavar="ENDPOINT", help="e.g. tcp://127.0.0.1:5555 or connect+tcp://proxy:5556")
     p.add_argument("--model", metavar="NAME_OR_PATH", help="known model name or an .onnx path")
     p.add_argument("--engine", choices=["auto", "tensorrt", "onnxruntime", "openvino"])
+    p.add_argument("--precision", choices=["auto", "fp32", "fp16", "bf16", "int8"],
+                   help="engine.precision (auto: fp16 on a GPU, bf16 on a CPU that computes it, else fp32)")
     p.add_argument("--max-batch", type=int, metavar="N")
     p.add_argument("--annotate", metavar="DIR", help="write annotated MP4s and JPEG snapshots here")
     p.add_argument("--realtime", action="store_true", help="pace files at their frame rate, like a camera")

@@ -16,7 +16,9 @@ from pydantic import BaseModel, ConfigDict
 
 SCHEMA = "detstream.bench/2"
 
-Precision = Literal["fp32", "int8"]
+Precision = str
+"""The variant an entry measured: ``fp32`` / ``int8`` (the model file, on ``--engine``), or with ``--engines``
+``BACKEND:PRECISION`` as asked (``openvino:int8``, ``auto``); the entry's ``engine`` says what really ran."""
 
 
 class _Model(BaseModel):

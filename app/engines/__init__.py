@@ -161,7 +161,8 @@ def _openvino(spec: ModelSpec, config: EngineConfig, _factories: Factories, _can
     """OpenVINO on the CPU, compiled (or loaded from its cache) and warmed up."""
     settings = config.openvino
     t0 = time.monotonic()
-    engine = OvEngine(spec, precision, requests=settings.requests, device=settings.device, threads=settings.threads)
+    engine = OvEngine(spec, precision, requests=settings.requests, device=settings.device, threads=settings.threads,
+                      max_batch=config.max_batch)
     try:
         engine.warmup()
     except EngineError as error:

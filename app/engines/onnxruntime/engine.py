@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from app.config import EngineConfig
-from app.engines.base import Engine, InferenceHandle
+from app.engines.base import Engine, InferenceHandle, dynamic_batch_sizes
 from app.engines.onnxruntime.outputs import OutputSets, ShapeEntry
 from app.engines.onnxruntime.session import CPU, create_session, find_input, intra_op_threads
 from app.engines.onnxruntime.workers import CpuWorkers, WorkerHandle, first_line
@@ -276,13 +276,6 @@ class OrtEngine(Engine):
             flat = self._staging[s] = np.zeros(self._outputs.rows * self._frame_size, self._dtype)
         return flat[: self._outputs.rows * 3 * hw[0] * hw[1]].reshape(self._outputs.rows, 3, *hw)
 
-
-def dynamic_batch_sizes(max_batch: int) -> tuple[int, ...]:
-    """Powers of two up to ``max_batch``, plus ``max_batch`` itself so the batcher can fill it."""
-    sizes = [1 << i for i in range(max_batch.bit_length()) if 1 << i <= max_batch]
-    if sizes[-1] != max_batch:
-        sizes.append(max_batch)
-    return tuple(sizes)
 
 
 

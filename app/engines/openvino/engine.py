@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from app.engines.base import Engine, InferenceHandle
+from app.engines.base import Engine, InferenceHandle, dynamic_batch_sizes
 from app.errors import EngineError, EngineLoadError
 from app.threads import StageThread
 from app.types import ModelSpec
@@ -85,7 +85,7 @@ class OvEngine(Engine):
     batch_window = False  # every frame runs alone: waiting for company only adds latency
 
     def __init__(self, spec: ModelSpec, precision: str, *, requests: int = 2, device: str = "CPU",
-                 threads: int | None = None, cache_dir: Path | None = None) -> None:
+                 threads: int | None = None, cache_dir: Path | None = None, max_batch: int = 8) -> None:
         try:
             import openvino as ov
         except ImportError as error:
@@ -112,7 +112,7 @@ class OvEngine(Engine):
         except Exception as error:
             raise EngineLoadError(f"openvino cannot read {spec.path}: {_first_line(error)}") from None
         self.accepts_dynamic_hw = spec.dynamic_hw
-        self.batch_sizes = tuple(range(1, requests + 1))
+        self.batch_sizes = dynamic_batch_sizes(max_batch)  # any count: every frame is a job of its own
         self._compiled: dict[tuple[int, int], Any] = {}
         self._compile_lock = threading.Lock()
         self._jobs: queue.SimpleQueue[tuple[OvHandle, int] | None] = queue.SimpleQueue()
@@ -137,7 +137,8 @@ class OvEngine(Engine):
         return handle
 
     def wait_for_room(self, stop: threading.Event, poll_s: float = 0.05) -> int:
-        """Block while every worker already has a job waiting behind its run (see :meth:`Engine.wait_for_room`)."""
+        """Block while every worker already has a job waiting behind its run (see :meth:`Engine.wait_for_room`);
+        then how many more jobs keep each worker one job ahead."""
         with self._taken:
             while not stop.is_set() and not self._closed:
                 room = len(self._threads) - self._jobs.qsize()
