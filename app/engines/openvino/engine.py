@@ -150,8 +150,9 @@ class OvEngine(Engine):
     def warmup(self) -> None:
         """Run every worker twice at the nominal size (first runs allocate)."""
         zeros = np.zeros((3, self.spec.input_height, self.spec.input_width), np.float32)
-        for _ in range(2):
-            self.submit([zeros] * len(self._threads)).wait()
+        count = min(len(self._threads), max(self.batch_sizes))
+        for _ in range(2 * len(self._threads) // count):
+            self.submit([zeros] * count).wait()
 
     def close(self) -> None:
         """Fail the jobs not started, let running ones finish, join the workers. Idempotent."""

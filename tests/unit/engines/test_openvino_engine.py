@@ -60,3 +60,13 @@ def test_submit_after_close_is_an_engine_error(engine: OvEngine) -> None:
 def test_the_cache_honours_detstream_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DETSTREAM_CACHE", str(tmp_path))
     assert openvino_cache_dir() == tmp_path / "openvino"
+
+
+def test_warm_up_works_with_a_batch_of_one(tmp_path: Path) -> None:
+    spec = make_model(tmp_path / "tiny.onnx", None)
+    engine = OvEngine(spec, "fp32", requests=2, cache_dir=tmp_path / "cache", max_batch=1)
+    try:
+        engine.warmup()
+        assert engine.batch_sizes == (1,)
+    finally:
+        engine.close()
