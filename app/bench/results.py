@@ -51,6 +51,8 @@ class Machine(_Model):
     onnxruntime: str
     providers: list[str]
     commit: str
+    openvino: str | None = None
+    """The OpenVINO version, None when it is not installed."""
 
 
 class ModelInfo(_Model):
