@@ -119,7 +119,10 @@ class OvEngine(Engine):
         self._taken = threading.Condition()
         self._lock = threading.Lock()
         self._closed = False
-        self._compile((spec.input_height, spec.input_width))
+        nominal = self._compile((spec.input_height, spec.input_width))
+        # One run on this thread before any worker starts: the Python bindings initialise function-local statics
+        # on first use while releasing the GIL, and two workers doing that first use at once deadlock.
+        _run(nominal.create_infer_request(), np.zeros((3, *self._shape(nominal)), np.float32))
         self._threads = [StageThread(self._loop, f"detstream.engine.ctx{i}") for i in range(requests)]
         for thread in self._threads:
             thread.start()
@@ -204,13 +207,16 @@ class OvEngine(Engine):
                 request = requests.get(handle.hw)
                 if request is None:
                     request = requests[handle.hw] = self._compiled[handle.hw].create_infer_request()
-                frame = np.ascontiguousarray(handle.frames[job], np.float32)[None]
-                request.infer({0: frame}, share_inputs=True)
-                handle.results[job] = [np.array(t.data) for t in request.output_tensors]
+                handle.results[job] = _run(request, handle.frames[job])
             except Exception as failure:  # reported by that handle's wait; the worker goes on
                 error = failure
             finally:
                 handle.job_done(error)
+
+    @staticmethod
+    def _shape(compiled: Any) -> tuple[int, int]:
+        shape = compiled.inputs[0].get_shape()
+        return int(shape[2]), int(shape[3])
 
     def _check(self, frames: Sequence[np.ndarray]) -> tuple[int, int]:
         n = len(frames)
@@ -231,6 +237,12 @@ class OvEngine(Engine):
                              f"{spec.input_width})" + (f" or multiples of {spec.stride} below" if
                                                         self.accepts_dynamic_hw else ""))
         return height, width
+
+
+def _run(request: Any, frame: np.ndarray) -> list[np.ndarray]:
+    """One frame through ``request``, read in place; its outputs copied out (the request reuses its tensors)."""
+    request.infer({0: np.ascontiguousarray(frame, np.float32)[None]}, share_inputs=True)
+    return [np.array(t.data) for t in request.output_tensors]
 
 
 def _first_line(error: BaseException) -> str:
