@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from app.engines import create_engine
 from app.engines.probe import CpuInfo, GpuInfo, MachineProbe, Package, probe_machine
 from app.engines.selection import OPENVINO, ORT_CPU, ORT_GPU, TENSORRT, plan_engines, resolve_precision
 from app.errors import EngineLoadError
+from app.models.spec import load_model_spec
 
 BF16_CPU = CpuInfo("AMD EPYC", 2, frozenset({"avx512f", "avx512_bf16", "avx512_vnni"}))
 AMX_CPU = CpuInfo("Intel Xeon", 2, frozenset({"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}))
@@ -137,3 +139,18 @@ def test_the_real_probe_of_this_machine_is_quick_and_typed() -> None:
     assert probe.cpu.cores >= 1 and probe.onnxruntime.installed
     assert "CPUExecutionProvider" in probe.ort_providers
     assert plan_engines("auto", probe).candidates[-1] == ORT_CPU
+
+
+@pytest.mark.parametrize("openvino", [False, True])
+def test_int8_loads_the_quantized_model_beside_the_fp32_one(tmp_path: Path, default_model: Path,
+                                                            openvino: bool) -> None:
+    fp32 = tmp_path / "yolov3-tiny.onnx"
+    shutil.copyfile(default_model, fp32)
+    shutil.copyfile(default_model, tmp_path / "yolov3-tiny-int8.onnx")  # stands in for what `detstream quantize` makes
+    spec = load_model_spec(fp32)
+    engine = create_engine(spec, EngineConfig(precision="int8", max_batch=2), probe=machine(openvino=openvino))
+    try:
+        assert engine.spec.path == str(tmp_path / "yolov3-tiny-int8.onnx") and engine.spec.name == spec.name
+        assert engine.backend == ("openvino:CPU:int8" if openvino else "onnxruntime:CPUExecutionProvider:int8")
+    finally:
+        engine.close()
