@@ -27,7 +27,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                    help="replaces the config's sources; repeatable (rtsp://, http(s)://, file, /dev/videoN)")
     p.add_argument("--publish", metavar="ENDPOINT", help="e.g. tcp://127.0.0.1:5555 or connect+tcp://proxy:5556")
     p.add_argument("--model", metavar="NAME_OR_PATH", help="known model name or an .onnx path")
-    p.add_argument("--engine", choices=["auto", "tensorrt", "onnxruntime"])
+    p.add_argument("--engine", choices=["auto", "tensorrt", "onnxruntime", "openvino"])
+    p.add_argument("--precision", choices=["auto", "fp32", "fp16", "bf16", "int8"],
+                   help="engine.precision (auto: fp16 on a GPU, bf16 on a CPU that computes it, else fp32)")
     p.add_argument("--max-batch", type=int, metavar="N")
     p.add_argument("--annotate", metavar="DIR", help="write annotated MP4s and JPEG snapshots here")
     p.add_argument("--realtime", action="store_true", help="pace files at their frame rate, like a camera")
@@ -107,6 +109,11 @@ def _add_tools(sub: argparse._SubParsersAction) -> None:
     check = csub.add_parser("check", help="validate a config and print it resolved, secrets masked")
     check.add_argument("file", type=Path)
 
+    d = sub.add_parser("doctor", help="what this machine offers for inference and what `engine.backend: auto` picks")
+    d.add_argument("--json", action="store_true", help="one JSON object, for scripts")
+    d.add_argument("--engine", choices=["auto", "tensorrt", "onnxruntime", "openvino"], default="auto",
+                   help="the engine.backend to plan for (default: auto)")
+
     bench = sub.add_parser("bench", help="measure how many cameras this machine carries (see BENCHMARKS.md)")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="bench options (detstream bench --help)")
 
@@ -164,6 +171,10 @@ def _dispatch(args: argparse.Namespace, stop: StopRequest | None = None) -> int:
             logger.warning("%s", warning)
         print(masked_dump(config), end="")
         return 0
+    if args.command == "doctor":
+        from app.doctor import doctor_command
+
+        return doctor_command(args.json, args.engine)
     if args.command == "bench":
         from app.bench import bench_command
 

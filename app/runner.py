@@ -55,7 +55,8 @@ def _overrides(args: argparse.Namespace, tree: dict[str, Any]) -> dict[str, Any]
         if args.loop:
             source["loop"] = True
     sections = {"publish": {"endpoint": args.publish, "encoding": args.encoding},
-                "engine": {"backend": args.engine, "max_batch": args.max_batch},
+                "engine": {"backend": args.engine, "max_batch": args.max_batch,
+                           "precision": getattr(args, "precision", None)},
                 "metrics": {"port": args.metrics_port}, "annotate": {"dir": args.annotate}}
     for section, values in sections.items():
         for key, value in values.items():

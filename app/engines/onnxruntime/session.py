@@ -109,7 +109,7 @@ def _with_options(provider: str, config: EngineConfig) -> Any:
         return provider
     cache = config.tensorrt.engine_cache_dir / "ort-trt"
     return (provider, {
-        "trt_fp16_enable": config.precision in ("fp16", "int8"),
+        "trt_fp16_enable": config.precision != "fp32",
         "trt_engine_cache_enable": True,
         "trt_engine_cache_path": str(cache),
     })
