@@ -52,7 +52,8 @@ def ca_run_args() -> list[str]:
 def podman(*args: str, timeout_s: float = 120, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
     result = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout_s, **kwargs)
     if check and result.returncode != 0:
-        pytest.fail(f"podman {' '.join(args)}: exit {result.returncode}\n{result.stdout[-2000:]}{result.stderr[-3000:]}")
+        output = result.stdout[-2000:] + result.stderr[-3000:]
+        pytest.fail(f"podman {' '.join(args)}: exit {result.returncode}\n{output}")
     return result
 
 
