@@ -29,12 +29,6 @@ UID = 10001  # the fixed uid of the Dockerfile, which Kubernetes' runAsUser name
 CA_IN_CONTAINER = "/etc/detstream/ca.crt"  # where deploy/compose/ca-bundle.yml mounts the bundle
 
 
-def pytest_collection_modifyitems(items):
-    for item in items:
-        if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
-            item.add_marker(pytest.mark.containers)
-
-
 def ca_bundle() -> Path | None:
     path = Path(os.environ.get("DETSTREAM_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt"))
     return path if path.is_file() else None
@@ -70,7 +64,10 @@ def podman_compose() -> str:
 def log(config: pytest.Config, line: str) -> None:
     """A line in the test log, also without -s (image size, build times)."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None or capture is None:
+        return
+    with capture.global_and_fixture_disabled():
         reporter.write_line(f"[containers] {line}")
 
 

@@ -22,6 +22,8 @@ from app.config import shard_of
 from tests.conftest import Collector, free_port, wait_until
 from tests.containers.conftest import IMAGE, ROOT, ca_bundle, log, podman, podman_compose
 
+pytestmark = pytest.mark.containers
+
 PROJECT = "detstream-ctest"
 STOP_LIMIT_S = 10.0
 
