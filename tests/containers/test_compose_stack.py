@@ -64,22 +64,29 @@ class Stack:
         name = self.containers()[service]
         return yaml.safe_load(podman("inspect", name, "--format", "{{json .State}}").stdout)
 
-    def down_watching_exits(self) -> dict[str, tuple[int, float]]:
-        """`podman-compose down` (SIGTERM, then SIGKILL after 10 s); service -> (exit code, seconds to exit)."""
+    def down_watching_exits(self, workers: tuple[str, ...] = ("worker",)) -> dict[str, tuple[int, float]]:
+        """Stop the workers, then `podman-compose down` the rest; service -> (exit code, seconds from SIGTERM).
+
+        Each stop sends SIGTERM and SIGKILL 10 s later. podman-compose stops all services at once (Docker Compose
+        goes by depends_on), so the workers go first, as docs/operations.md says: their final `ended` status
+        still passes the proxy, and they never resolve the name of a proxy that is gone.
+        """
         running = {s: n for s, n in self.containers().items() if self.state(s)["Running"]}
         exits: dict[str, tuple[int, float]] = {}
-        started = time.monotonic()
+        signalled: dict[str, float] = {}
 
         def wait(service: str, name: str) -> None:
             result = subprocess.run(["podman", "wait", name], capture_output=True, text=True, timeout=60)
             code = int(result.stdout.strip()) if result.stdout.strip().lstrip("-").isdigit() else -1
-            exits[service] = (code, time.monotonic() - started)
+            exits[service] = (code, time.monotonic() - signalled.get(service, time.monotonic()))
 
         waiters = [threading.Thread(target=wait, args=item) for item in running.items()]
         for waiter in waiters:
             waiter.start()
         time.sleep(0.5)  # the waiters are attached before the first SIGTERM
-        started = time.monotonic()
+        signalled.update(dict.fromkeys(workers, time.monotonic()))
+        self.compose("stop", *workers, timeout_s=120)
+        signalled.update({service: time.monotonic() for service in running if service not in workers})
         self.compose("down", timeout_s=120)
         for waiter in waiters:
             waiter.join(60)
@@ -200,7 +207,9 @@ def test_two_sharded_workers_publish_each_source_once_and_the_model_is_not_fetch
         assert "fetching the default model" not in models_log, "the model volume did not survive the restart"
         for index, service in enumerate(("worker", "worker-2")):
             assert f"shard {index}/2: 1 of 2 sources ({next(iter(shards[index]))})" in stack.logs(service)
-        stack.compose("down", timeout_s=120)
+        exits = stack.down_watching_exits(workers=("worker", "worker-2"))
+        assert {service: code for service, (code, _) in exits.items()} == dict.fromkeys(
+            ("proxy", "worker", "worker-2", "recorder"), 0)
     except BaseException:
         stack.remove()
         raise
