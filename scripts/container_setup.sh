@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What `make test-containers` needs on a Debian machine, installed only when missing:
-#   podman, runc and debootstrap (Debian packages), podman-compose (PyPI, into the venv given as $1),
+#   podman, runc and debootstrap (Debian packages), podman-compose and kubernetes-validate (PyPI, into the
+#   venv given as $1),
 #   and /etc/containers/containers.conf, written only when absent: runc as the runtime, and no default ulimits
 #   (podman's defaults ask for more open files than an unprivileged container host may grant).
 # Then the base image (scripts/container_base.sh), cached in podman's storage and ~/.cache/detstream/.
@@ -24,8 +25,8 @@ if [ ! -e /etc/containers/containers.conf ]; then
   $SUDO mkdir -p /etc/containers
   printf '[containers]\ndefault_ulimits = []\n\n[engine]\nruntime = "runc"\n' | $SUDO tee /etc/containers/containers.conf >/dev/null
 fi
-if [ ! -x "$venv/bin/podman-compose" ]; then
-  echo "container_setup: pip install podman-compose into $venv" >&2
-  "$venv/bin/python" -m pip install -q podman-compose
+if [ ! -x "$venv/bin/podman-compose" ] || [ ! -x "$venv/bin/kubernetes-validate" ]; then
+  echo "container_setup: pip install podman-compose kubernetes-validate into $venv" >&2
+  "$venv/bin/python" -m pip install -q podman-compose kubernetes-validate
 fi
 PATH=$PATH:/usr/sbin bash "$(dirname "$0")/container_base.sh"
