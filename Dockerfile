@@ -21,13 +21,15 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends python3 python3-venv \
     && python3 -m venv /opt/venv
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
 # The dependencies of pyproject.toml, with ONNX Runtime's CPU build in place of onnxruntime-gpu: both install the
-# same `onnxruntime` module, and the CPU one is a tenth of the size. A layer of its own, so editing app/ reuses it.
+# same `onnxruntime` module, and the CPU one is a tenth of the size. A layer of its own, so that editing app/ or
+# README.md reuses it.
 RUN --mount=type=secret,id=ca,target=/run/secrets/ca \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
     && /opt/venv/bin/python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; print('\n'.join(d.replace('onnxruntime-gpu', 'onnxruntime') for d in deps))" > /tmp/requirements.txt \
     && /opt/venv/bin/pip install -r /tmp/requirements.txt
+COPY README.md ./
 COPY app ./app
 RUN --mount=type=secret,id=ca,target=/run/secrets/ca \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
