@@ -252,3 +252,14 @@ def test_the_recorder_command_ends_with_exit_0_on_sigterm(tmp_path):
     code, _, err = stop_process(proc, signal.SIGTERM)
     assert code == 0, err
     assert out.exists()
+
+
+def test_the_ca_bundle_override_hands_a_read_only_bundle_to_pip_in_the_model_fetch():
+    override = yaml.safe_load((ROOT / "deploy" / "compose" / "ca-bundle.yml").read_text())
+    assert set(override["services"]) <= set(SERVICES)
+    models = override["services"]["models"]
+    (mount,) = models["volumes"]
+    source, target, mode = mount.rsplit(":", 2)
+    assert source == "${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}" and mode == "ro"
+    assert models["environment"]["PIP_CERT"] == target
+    assert command_of("models").command == "models"
