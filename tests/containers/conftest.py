@@ -96,15 +96,24 @@ def image(request) -> Image:
     return built
 
 
+@dataclass(frozen=True)
+class ModelVolumes:
+    run_args: list[str]  # the --volume options for /data/models and /data/cache
+    first_fetch_log: str  # what the first `detstream models fetch` on the fresh volumes printed
+
+
 @pytest.fixture(scope="session")
-def model_volumes(image, request):
-    """Named volumes for /data/models and /data/cache, filled by a first `detstream models fetch`."""
+def model_volumes(image, request) -> ModelVolumes:
+    """Fresh named volumes for /data/models and /data/cache, filled by a first `detstream models fetch`."""
     names = ("detstream-test-models", "detstream-test-cache")
     for name in names:
         podman("volume", "rm", "-f", name, check=False)
         podman("volume", "create", name)
     request.addfinalizer(lambda: [podman("volume", "rm", "-f", name, check=False) for name in names])
-    return [f"--volume={names[0]}:/data/models", f"--volume={names[1]}:/data/cache"]
+    run_args = [f"--volume={names[0]}:/data/models", f"--volume={names[1]}:/data/cache"]
+    first = podman("run", "--rm", *run_args, *ca_run_args(), IMAGE, "models", "fetch", "--models-dir",
+                   "/data/models", timeout_s=600)
+    return ModelVolumes(run_args, first.stdout + first.stderr)
 
 
 @pytest.fixture

