@@ -15,7 +15,9 @@ the endpoint or output file cannot be used.
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -137,6 +139,7 @@ def run_subscribe(
     counted = EventMessage if events else DetectionMessage
     detections = 0
     gaps_seen = 0
+    previous = _stop_on_sigterm()
     try:
         for message in subscriber.iter_messages(timeout_s=timeout_s):
             new_gap = subscriber.stats.gaps != gaps_seen
@@ -148,6 +151,8 @@ def run_subscribe(
     except KeyboardInterrupt:
         return 0
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         subscriber.close()
         if record is not None:
             record.close()
@@ -159,3 +164,17 @@ def run_subscribe(
 
 
 __all__ = ["Format", "event_counts", "format_counts", "gap_row", "run_subscribe", "table_row"]
+
+
+def _stop_on_sigterm():
+    """SIGTERM ends the subscriber like Ctrl-C (exit 0, recording closed), as `docker stop` expects of a recorder.
+
+    Only on the main thread, where Python delivers signals; returns the handler to restore, or None.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def interrupt(_signum, _frame):
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, interrupt)
