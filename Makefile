@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test install assets lint bench clean
+.PHONY: demo test test-containers install assets lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ test: install
 	bash scripts/system_deps.sh test
 	$(BIN)/detstream models fetch --clips
 	$(BIN)/python -m pytest -q
+
+# Builds the CPU image with podman on a Debian base made by debootstrap and starts it and docker-compose.yml
+# (tests/containers; left out of `make test`). Installs podman, runc, debootstrap and podman-compose when missing.
+test-containers: install
+	bash scripts/container_setup.sh $(VENV)
+	PATH="$$PATH:/usr/sbin" $(BIN)/python -m pytest -q -m containers tests/containers
 
 lint: install
 	$(BIN)/ruff check app tests scripts

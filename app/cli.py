@@ -27,7 +27,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                    help="replaces the config's sources; repeatable (rtsp://, http(s)://, file, /dev/videoN)")
     p.add_argument("--publish", metavar="ENDPOINT", help="e.g. tcp://127.0.0.1:5555 or connect+tcp://proxy:5556")
     p.add_argument("--model", metavar="NAME_OR_PATH", help="known model name or an .onnx path")
-    p.add_argument("--engine", choices=["auto", "tensorrt", "onnxruntime"])
+    p.add_argument("--engine", choices=["auto", "tensorrt", "onnxruntime", "openvino"])
+    p.add_argument("--precision", choices=["auto", "fp32", "fp16", "bf16", "int8"],
+                   help="engine.precision (auto: fp16 on a GPU, bf16 on a CPU that computes it, else fp32)")
     p.add_argument("--max-batch", type=int, metavar="N")
     p.add_argument("--annotate", metavar="DIR", help="write annotated MP4s and JPEG snapshots here")
     p.add_argument("--realtime", action="store_true", help="pace files at their frame rate, like a camera")
@@ -47,7 +49,8 @@ def _add_subscribe(sub: argparse._SubParsersAction) -> None:
     p.add_argument("endpoint", nargs="?", default="tcp://127.0.0.1:5555")
     p.add_argument("--stream", action="append", default=[], metavar="ID", help="only this stream; repeatable")
     p.add_argument("--format", choices=["table", "json", "jsonl"], default="table")
-    p.add_argument("--count", type=int, metavar="N", help="stop after N detection messages")
+    p.add_argument("--count", type=int, metavar="N", help="stop after N detection messages (events with --events)")
+    p.add_argument("--events", action="store_true", help="zone and line events (event/<id>/) instead of detections")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="stop after this long")
     p.add_argument("--out", type=Path, metavar="FILE.jsonl", help="also record every message here")
 
@@ -77,19 +80,24 @@ def batch_range(text: str) -> tuple[int, int, int]:
 def _add_tools(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser("build-engine", help="build and cache a TensorRT engine (needs an NVIDIA GPU)")
     b.add_argument("model", type=Path, help="the ONNX model to build from")
-    b.add_argument("--fp16", action="store_true", help="build in FP16")
-    b.add_argument("--int8", action="store_true", help="build in INT8, calibrated on --calib")
-    b.add_argument("--calib", type=Path, metavar="PATH_TO_FRAMES_OR_VIDEO", help="INT8 calibration footage")
+    b.add_argument("--fp16", action="store_true", help="build from the model's fp16 copy (made and cached)")
+    b.add_argument("--int8", action="store_true",
+                   help="build from <model>-int8.onnx (make it with: detstream quantize MODEL --calib FOOTAGE)")
+    b.add_argument("--calib", type=Path, metavar="PATH_TO_FRAMES_OR_VIDEO",
+                   help="not used: detstream quantize --calib calibrates the INT8 model")
     b.add_argument("--batch", default=(1, 4, 8), type=batch_range, metavar="MIN:OPT:MAX",
                    help="the batch sizes the engine's profiles cover (default: 1:4:8)")
     b.add_argument("--cache-dir", type=Path, help="default: ~/.cache/detstream/engines")
 
-    q = sub.add_parser("quantize", help="make a static INT8 (QDQ) model calibrated on your footage")
+    q = sub.add_parser("quantize", help="make a static INT8 (QDQ) model calibrated on your footage, or an fp16 one")
     q.add_argument("model", type=Path, help="the fp32 ONNX model, e.g. models/yolov3-tiny.onnx")
-    q.add_argument("--calib", type=Path, required=True, metavar="VIDEO_OR_DIR",
-                   help="a video or a folder of images from the cameras the model will watch (frames are taken "
-                        "evenly over it); agreement with fp32 depends on it (docs/models.md)")
-    q.add_argument("--out", type=Path, help="where to write it (default: <model stem>-int8.onnx beside the model)")
+    q.add_argument("--precision", choices=["int8", "fp16"], default="int8",
+                   help="int8 (default): calibrated QDQ model; fp16: fp16 copy for GPUs (no calibration)")
+    q.add_argument("--calib", type=Path, metavar="VIDEO_OR_DIR",
+                   help="int8: a video or a folder of images from the cameras the model will watch (frames are "
+                        "taken evenly over it); agreement with fp32 depends on it (docs/models.md)")
+    q.add_argument("--out", type=Path,
+                   help="where to write it (default: <model stem>-int8.onnx or -fp16.onnx beside the model)")
     q.add_argument("--frames", type=int, default=100, help="calibration frames (default: 100)")
 
     x = sub.add_parser("proxy", help="XSUB/XPUB fan-in: workers connect to the frontend, subscribers to the backend")
@@ -100,6 +108,11 @@ def _add_tools(sub: argparse._SubParsersAction) -> None:
     csub = c.add_subparsers(dest="config_command", required=True)
     check = csub.add_parser("check", help="validate a config and print it resolved, secrets masked")
     check.add_argument("file", type=Path)
+
+    d = sub.add_parser("doctor", help="what this machine offers for inference and what `engine.backend: auto` picks")
+    d.add_argument("--json", action="store_true", help="one JSON object, for scripts")
+    d.add_argument("--engine", choices=["auto", "tensorrt", "onnxruntime", "openvino"], default="auto",
+                   help="the engine.backend to plan for (default: auto)")
 
     bench = sub.add_parser("bench", help="measure how many cameras this machine carries (see BENCHMARKS.md)")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="bench options (detstream bench --help)")
@@ -126,7 +139,8 @@ def _dispatch(args: argparse.Namespace, stop: StopRequest | None = None) -> int:
     if args.command == "subscribe":
         from app.subscribe.render import run_subscribe
 
-        return run_subscribe(args.endpoint, args.stream, args.format, args.count, args.timeout, args.out)
+        return run_subscribe(args.endpoint, args.stream, args.format, args.count, args.timeout, args.out,
+                             events=args.events)
     if args.command == "models":
         from app.model_commands import models_command
 
@@ -139,9 +153,9 @@ def _dispatch(args: argparse.Namespace, stop: StopRequest | None = None) -> int:
                           cache_dir=args.cache_dir or TensorRTConfig().engine_cache_dir, progress=True)
         return 0
     if args.command == "quantize":
-        from app.models.quantization.quantize import quantize_model
+        from app.models.quantization.quantize import quantize_command
 
-        out = quantize_model(args.model, args.calib, args.out, frames=args.frames)
+        out = quantize_command(args.model, args.precision, args.calib, args.out, frames=args.frames)
         print(f"wrote {out}")
         return 0
     if args.command == "proxy":
@@ -157,6 +171,10 @@ def _dispatch(args: argparse.Namespace, stop: StopRequest | None = None) -> int:
             logger.warning("%s", warning)
         print(masked_dump(config), end="")
         return 0
+    if args.command == "doctor":
+        from app.doctor import doctor_command
+
+        return doctor_command(args.json, args.engine)
     if args.command == "bench":
         from app.bench import bench_command
 

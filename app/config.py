@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from app.analytics.config import LineConfig, ZoneConfig, check_region_names
 from app.config_loading import format_validation_error, interpolate_env, shorten
 from app.errors import ConfigError
 from app.postprocess.layouts import LAYOUTS, known
@@ -109,6 +110,15 @@ class SourceConfig(StrictModel):
     max_staleness_ms: float = Field(500.0, gt=0, le=DAY_S * 1000, description="live mode: older frames never reach "
                                     "the engine")
     reconnect: BackoffConfig = Field(default_factory=BackoffConfig)
+    zones: list[ZoneConfig] = Field(default_factory=list, max_length=64, description="polygons to count tracks "
+                                    "in, with enter/exit/dwell events (docs/analytics.md); turn tracking on")
+    lines: list[LineConfig] = Field(default_factory=list, max_length=64, description="segments to count tracks "
+                                    "crossing, in and out (docs/analytics.md); turn tracking on")
+
+    @model_validator(mode="after")
+    def _region_names(self) -> SourceConfig:
+        check_region_names(self.zones, self.lines)
+        return self
 
     @field_validator("url")
     @classmethod
@@ -190,6 +200,16 @@ class OnnxRuntimeConfig(StrictModel):
                                          "cores // workers on the CPU provider, all physical cores on a GPU one")
 
 
+class OpenVinoConfig(StrictModel):
+    """OpenVINO: the CPU engine `engine.backend: auto` picks on a machine without an NVIDIA GPU."""
+
+    requests: int = Field(2, ge=1, le=16, description="infer requests in flight, one per worker thread, each "
+                          "running single frames on its own CPU stream (as ONNX Runtime's CPU workers do)")
+    threads: int | None = Field(None, ge=1, le=256, description="CPU threads OpenVINO uses in all; default all "
+                                "physical cores, shared out over the requests")
+    device: str = Field("CPU", description="the OpenVINO device (`CPU`; `GPU`/`NPU` for Intel devices it lists)")
+
+
 MOVED_ENGINE_KEYS: dict[str, tuple[str, ...]] = {
     "contexts": ("tensorrt.contexts", "onnxruntime.workers"),
     "cuda_graphs": ("tensorrt.cuda_graphs",),
@@ -208,14 +228,17 @@ class EngineConfig(StrictModel):
     file that configures either section.
     """
 
-    backend: Literal["auto", "tensorrt", "onnxruntime"] = Field(
-        "auto", description="`auto`: TensorRT when usable, else ONNX Runtime (logged once at WARNING)")
+    backend: Literal["auto", "tensorrt", "onnxruntime", "openvino"] = Field(
+        "auto", description="`auto`: TensorRT on an NVIDIA GPU, else ONNX Runtime's CUDA provider there, else "
+        "OpenVINO on the CPU, else ONNX Runtime's CPU provider (one log line says which and why; "
+        "`detstream doctor` shows the same decision)")
     max_batch: int = Field(8, ge=1, le=256)
     max_wait_ms: float = Field(10.0, ge=0, description="batching window: how long a batch waits for more frames "
                                "after its oldest; unused by ONNX Runtime's CPU workers, which run every frame alone")
-    precision: Literal["fp32", "fp16", "int8"] = Field(
-        "fp16", description="TensorRT precision, and fp16 on ONNX Runtime's TensorRT EP (`int8` needs "
-        "`engine.tensorrt.calib`)")
+    precision: Literal["auto", "fp32", "fp16", "bf16", "int8"] = Field(
+        "auto", description="`auto`: fp16 on a GPU, bf16 on a CPU that computes it natively (AVX512_BF16 or AMX), "
+        "fp32 elsewhere; other values force it where the engine can (ONNX Runtime's CPU provider runs bf16 and "
+        "fp16 as fp32, and says so); `int8` runs the model `detstream quantize` makes")
     ring_slots: int | None = Field(None, ge=2, le=4096,
                                    description="preallocated frame buffers; default from batch and sources")
     tensorrt: TensorRTConfig = Field(default_factory=TensorRTConfig, description="TensorRT settings; the flat "
@@ -224,6 +247,8 @@ class EngineConfig(StrictModel):
     onnxruntime: OnnxRuntimeConfig = Field(default_factory=OnnxRuntimeConfig, description="ONNX Runtime settings; "
                                            "the flat `engine.contexts` (as `workers`) and `intra_op_threads` of the "
                                            "previous release are still read into it, with a warning")
+
+    openvino: OpenVinoConfig = Field(default_factory=OpenVinoConfig, description="OpenVINO settings")
 
     @model_validator(mode="before")
     @classmethod
@@ -250,9 +275,9 @@ class EngineConfig(StrictModel):
 
     @property
     def in_flight(self) -> int:
-        """Submitted batches that may wait for the postprocess thread: one per TensorRT context or ONNX Runtime
-        worker, whichever backend runs, and at least two."""
-        return max(2, self.tensorrt.contexts, self.onnxruntime.workers)
+        """Submitted batches that may wait for the postprocess thread: one per TensorRT context, ONNX Runtime
+        worker or OpenVINO request, whichever backend runs, and at least two."""
+        return max(2, self.tensorrt.contexts, self.onnxruntime.workers, self.openvino.requests)
 
 
 class CurveConfig(StrictModel):

@@ -10,11 +10,15 @@ lives in :mod:`app.health`.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from app.sources.base import SourceState
 from app.types import LATENCY_STAGES
+
+if TYPE_CHECKING:
+    from app.analytics.engine import Event
 
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -48,6 +52,12 @@ class PipelineMetrics:
         self.engine_failures = Counter("detstream_engine_batch_failures_total", "Batches the engine failed on",
                                        registry=r)
         self.engine = Info("detstream_engine", "Inference backend and model", registry=r)
+        self.line_crossings = Counter("detstream_line_crossings_total", "Tracks that crossed a line",
+                                      ["stream", "line", "direction", "label"], registry=r)
+        self.zone_events = Counter("detstream_zone_events_total", "Zone events (enter, exit, dwell)",
+                                   ["stream", "zone", "kind", "label"], registry=r)
+        self.zone_occupancy = Gauge("detstream_zone_occupancy", "Tracks inside a zone now",
+                                    ["stream", "zone", "label"], registry=r)
         # Labelled children, looked up once: ``labels()`` sorts and validates its arguments on every call,
         # two thirds of the per-frame metrics cost (15 -> 5 us per published frame, measured).
         self._stage_latency = {stage: self.latency.labels(stage=stage) for stage in LATENCY_STAGES}
@@ -74,6 +84,16 @@ class PipelineMetrics:
         """One published frame's per-stage latencies, ``(stage, milliseconds)`` (postprocess thread)."""
         for stage, value_ms in latencies_ms:
             self._stage_latency[stage].observe(value_ms / 1e3)
+
+    def count_event(self, stream: str, event: Event) -> None:
+        """One zone or line event (postprocess thread); a zone's occupancy gauge follows its counts."""
+        if event.region_kind == "line":
+            self.line_crossings.labels(stream=stream, line=event.region, direction=event.direction or "",
+                                       label=event.label).inc()
+            return
+        self.zone_events.labels(stream=stream, zone=event.region, kind=event.kind, label=event.label).inc()
+        occupancy = event.counts["labels"].get(event.label, {}).get("occupancy", 0)
+        self.zone_occupancy.labels(stream=stream, zone=event.region, label=event.label).set(occupancy)
 
     def set_state(self, stream: str, state: SourceState) -> None:
         for each in SourceState:

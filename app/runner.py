@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +55,8 @@ def _overrides(args: argparse.Namespace, tree: dict[str, Any]) -> dict[str, Any]
         if args.loop:
             source["loop"] = True
     sections = {"publish": {"endpoint": args.publish, "encoding": args.encoding},
-                "engine": {"backend": args.engine, "max_batch": args.max_batch},
+                "engine": {"backend": args.engine, "max_batch": args.max_batch,
+                           "precision": getattr(args, "precision", None)},
                 "metrics": {"port": args.metrics_port}, "annotate": {"dir": args.annotate}}
     for section, values in sections.items():
         for key, value in values.items():
@@ -178,11 +180,23 @@ def _wait(pipeline: Pipeline, config: DetstreamConfig, interactive: bool | None)
     return True
 
 
+def counts_line(name: str, counts: Mapping[str, Any]) -> str:
+    """``door: in 6 (person 6), out 3 (person 3), now 1 (person 1)``: one zone's or line's final counts."""
+    parts = []
+    for key, word in (("in", "in"), ("out", "out"), ("occupancy", "now")):
+        if key in counts:
+            labels = ", ".join(f"{label} {row[key]}" for label, row in sorted(counts["labels"].items()) if row[key])
+            parts.append(f"{word} {counts[key]}" + (f" ({labels})" if labels else ""))
+    return f"{name}: " + ", ".join(parts)
+
+
 def _exit_code(pipeline: Pipeline, drained: bool = True) -> int:
     report = pipeline.report()
     for stream_id, count in report.published.items():
         logger.info("%s: published %d frames, dropped %d, %s", stream_id, count, report.dropped[stream_id],
                     report.states[stream_id].value)
+        for name, counts in report.streams[stream_id].counts.items():
+            logger.info("%s: %s", stream_id, counts_line(name, counts))
     for sink, reason in report.sink_failures.items():
         logger.warning("sink %s failed during the run: %s (detections were still published)", sink, reason)
     if not drained:

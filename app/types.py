@@ -7,8 +7,12 @@ input (e.g. 416×416); ``frame`` pixels are the original decoded frame.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from app.analytics.engine import FrameAnalytics
 
 OutputLayout = str
 """A name registered in :data:`app.postprocess.layouts.LAYOUTS` (``yolov5``, ``yolov8``, ``nms``, ...)."""
@@ -138,7 +142,8 @@ class FrameResult:
     batcher to its batch's submission, ``infer_ms`` from submission to
     result, ``post_ms`` its share of the batch's decode and NMS. ``cpu_ms``
     is its share of the batch's inference CPU time where the engine measures
-    it (CPU workers), else None.
+    it (CPU workers), else None. ``analytics``: the frame's zone and line
+    events and counts when its stream has any (:mod:`app.analytics`), else None.
     """
 
     meta: FrameMeta
@@ -147,6 +152,7 @@ class FrameResult:
     infer_ms: float
     post_ms: float = 0.0
     cpu_ms: float | None = None
+    analytics: FrameAnalytics | None = None
 
     def latencies_ms(self, total_ms: float) -> tuple[tuple[str, float], ...]:
         """``(stage, ms)`` for every :data:`LATENCY_STAGES` entry; ``total_ms`` is capture to publish."""

@@ -54,6 +54,7 @@ class MemoryPublisher:
     def __init__(self) -> None:
         self.detections: list[dict[str, Any]] = []
         self.statuses: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
         self.closed = False
         self.sent = 0
         self.dropped_hwm = 0
@@ -65,6 +66,11 @@ class MemoryPublisher:
 
     def publish_status(self, stream_id: str, payload: Mapping[str, Any]) -> bool:
         self.statuses.append(dict(payload))
+        self.sent += 1
+        return True
+
+    def publish_event(self, stream_id: str, payload: Mapping[str, Any]) -> bool:
+        self.events.append(dict(payload))
         self.sent += 1
         return True
 

@@ -4,7 +4,8 @@ Sections (``--only``): ``model`` (the engine alone on frames in memory, the
 ceiling), ``naive`` (the tutorial loop, the floor), ``file`` (``detstream
 run`` on a clip, end to end), ``live`` (K simulated cameras: the largest K
 with no drops and the p99 within ``--p99-ms``), ``memory`` (resident memory
-with few and many cameras). ``--int8`` runs them again with the INT8 model.
+with few and many cameras). ``--int8`` runs them again with the INT8 model;
+``--engines`` runs them once per engine and precision instead, side by side.
 Prints one table and writes the result as JSON (default
 ``bench-results/bench-<timestamp>.json``, see :mod:`app.bench.results`).
 
@@ -40,7 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, metavar="PATH", help="default bench-results/bench-<timestamp>.json")
     p.add_argument("--model", default="yolov3-tiny", metavar="NAME_OR_PATH")
     p.add_argument("--models-dir", type=Path, default=Path("models"))
-    p.add_argument("--engine", default="auto", choices=["auto", "tensorrt", "onnxruntime"])
+    p.add_argument("--engine", default="auto", choices=["auto", "tensorrt", "onnxruntime", "openvino"])
+    p.add_argument("--engines", metavar="BACKEND:PRECISION[,...]",
+                   help="compare engines side by side on the same clips and frames, e.g. "
+                        "onnxruntime:fp32,openvino:fp32,auto,onnxruntime:int8,openvino:int8 (replaces --engine/--int8)")
     p.add_argument("--frames", type=int, metavar="N", help="use only the first N frames of each clip")
     p.add_argument("--model-seconds", type=float, default=4.0, metavar="S", help="length of one model-only run")
     p.add_argument("--cameras", default=DEFAULT_CAMERAS, metavar="K,K,...", help="camera counts the search tries")
@@ -68,6 +72,7 @@ def make_plan(opts: argparse.Namespace):
         raise ValueError("--cameras: camera counts are whole numbers >= 1")
     quick = opts.quick
     cameras = [1, 2] if quick else cameras
+    engines = parse_engines(opts.engines) if opts.engines else None
     return Plan(
         quick=quick,
         sections=sections,
@@ -85,7 +90,29 @@ def make_plan(opts: argparse.Namespace):
         camera_fps=opts.camera_fps,
         p99_bound_ms=opts.p99_ms,
         cache_dir=opts.cache_dir.expanduser(),
+        engines=engines,
     )
+
+
+BACKEND_NAMES = ("auto", "tensorrt", "onnxruntime", "openvino")
+PRECISIONS = ("auto", "fp32", "fp16", "bf16", "int8")
+
+
+def parse_engines(text: str) -> list[tuple[str, str]]:
+    """``--engines``: ``BACKEND[:PRECISION]`` items (precision ``auto`` when left out); ValueError names a bad one."""
+    pairs = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        backend, _, precision = item.partition(":")
+        precision = precision or "auto"
+        if backend not in BACKEND_NAMES or precision not in PRECISIONS:
+            raise ValueError(f"--engines: {item!r} is not BACKEND[:PRECISION] with BACKEND in {BACKEND_NAMES} and "
+                             f"PRECISION in {PRECISIONS}")
+        pairs.append((backend, precision))
+    if not pairs:
+        raise ValueError("--engines: name at least one engine")
+    return pairs
 
 
 def _interrupt(signum: int, _frame: object) -> None:

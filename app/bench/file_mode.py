@@ -55,10 +55,12 @@ def throughput(dets: list[DetectionMessage]) -> float:
     return (len(times) - burst) / span
 
 
-def run_file_once(clip: Path, label: str, model_path: Path, backend: str, timeout_s: float) -> FileRun:
+def run_file_once(clip: Path, label: str, model_path: Path, backend: str, timeout_s: float,
+                  precision: str | None = None) -> FileRun:
+    """``detstream run`` on ``clip`` once; ``precision`` adds ``--precision`` (the config's default otherwise)."""
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     args = ["--source", f"{label}={clip}", "--publish", endpoint, "--no-progress", "--model", str(model_path),
-            "--engine", backend]
+            "--engine", backend, *(["--precision", precision] if precision else [])]
     run = run_worker(args, endpoint, timeout_s)
     run.check()
     dets = run.detections

@@ -46,6 +46,8 @@ class LiveSettings:
     fps: float
     duration_s: float
     p99_bound_ms: float
+    precision: str | None = None
+    """``--precision`` for the runs; None leaves the config's default."""
 
     @property
     def warmup_s(self) -> float:
@@ -77,7 +79,8 @@ def run_live_once(settings: LiveSettings, k: int) -> LiveRun:
     with tempfile.TemporaryDirectory(prefix="detstream-bench-") as tmp:
         config = write_config(settings, k, Path(tmp) / "live.yaml")
         args = [str(config), "--no-progress", "--publish", endpoint, "--model", str(settings.model_path),
-                "--engine", settings.backend, "--duration", f"{settings.duration_s:g}"]
+                "--engine", settings.backend, "--duration", f"{settings.duration_s:g}",
+                *(["--precision", settings.precision] if settings.precision else [])]
         run = run_worker(args, endpoint, settings.duration_s + 60)
     return analyse_live_run(run, k, settings.warmup_s)
 

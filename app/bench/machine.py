@@ -10,9 +10,10 @@ from pathlib import Path
 
 from app.bench.results import Machine
 from app.bench.worker import REPO_ROOT
+from app.engines.probe import probe_machine
 
-SIMD_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
-"""The CPU flags that decide ONNX Runtime's kernels (and whether INT8 pays)."""
+SIMD_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+"""The CPU flags that decide the CPU engines' kernels: whether INT8 pays, whether bf16 runs natively."""
 
 
 def _cpuinfo(key: str) -> str:
@@ -51,5 +52,6 @@ def machine_info() -> Machine:
         python=sys.version.split()[0],
         onnxruntime=ort.__version__,
         providers=ort.get_available_providers(),
+        openvino=probe_machine().openvino.version,
         commit=git_commit(),
     )

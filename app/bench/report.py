@@ -64,7 +64,7 @@ def print_report(result: BenchResult, console: Console | None = None) -> None:
     console = console or Console(width=None if sys.stdout.isatty() else 160)
     m = result.machine
     table = Table(title=f"detstream bench: {m.cpu}, {m.logical_cpus} CPUs, {m.memory_gb} GiB; "
-                        f"onnxruntime {m.onnxruntime}; commit {m.commit}")
+                        f"onnxruntime {m.onnxruntime}; openvino {m.openvino or 'not installed'}; commit {m.commit}")
     for column in COLUMNS:
         table.add_column(column)
     for row in rows(result):

@@ -16,7 +16,9 @@ from pydantic import BaseModel, ConfigDict
 
 SCHEMA = "detstream.bench/2"
 
-Precision = Literal["fp32", "int8"]
+Precision = str
+"""The variant an entry measured: ``fp32`` / ``int8`` (the model file, on ``--engine``), or with ``--engines``
+``BACKEND:PRECISION`` as asked (``openvino:int8``, ``auto``); the entry's ``engine`` says what really ran."""
 
 
 class _Model(BaseModel):
@@ -49,6 +51,8 @@ class Machine(_Model):
     onnxruntime: str
     providers: list[str]
     commit: str
+    openvino: str | None = None
+    """The OpenVINO version, None when it is not installed."""
 
 
 class ModelInfo(_Model):

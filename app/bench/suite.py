@@ -52,16 +52,23 @@ class Plan:
     camera_fps: float
     p99_bound_ms: float
     cache_dir: Path
+    engines: list[tuple[str, str]] | None = None
+    """``--engines``: (backend, precision) pairs measured side by side; None: ``backend`` on fp32 (and int8)."""
 
 
 @dataclass
 class Variant:
-    """One precision of the model: its file, its spec and the config ``detstream run`` would load for it."""
+    """One precision of the model (or one engine of ``--engines``): its file, its spec and the config
+    ``detstream run`` would load for it; ``backend`` and ``engine_precision`` are passed to every run."""
 
     precision: Precision
     path: Path
     spec: ModelSpec
     config: DetstreamConfig
+    backend: str = "auto"
+    engine_precision: str | None = None
+    naive: bool = False
+    """Whether the naive loop runs for this variant (the first one: it is the same for all)."""
     live_runs: RunCache = field(default_factory=dict)
     engine: str = ""
     """The engine model-only ran on (``onnxruntime:CPUExecutionProvider``, ``tensorrt:fp16``), once known."""
@@ -102,7 +109,7 @@ def _run_variant(plan: Plan, clips: dict[str, Path], v: Variant, naive: dict[str
             run_memory(_live_settings(plan, clips, v), *memory_ks(plan, v), plan.repeats, v.live_runs, v.precision))),
     ]
     for key, name, fn in sections:
-        if key in plan.sections and (key != "naive" or v.precision == "fp32"):
+        if key in plan.sections and (key != "naive" or v.naive):
             _section(result, name, fn)
 
 
@@ -123,9 +130,11 @@ def _section(result: BenchResult, name: str, fn: Callable[[], object]) -> None:
         result.errors[name] = f"{type(error).__name__}: {error}"
 
 
-def _config(plan: Plan, clip: Path, model: str) -> DetstreamConfig:
+def _config(plan: Plan, clip: Path, model: str, backend: str | None = None,
+            precision: str | None = None) -> DetstreamConfig:
     looks_like_path = model.endswith(".onnx") or "/" in model
-    tree = {"sources": [{"url": str(clip)}], "engine": {"backend": plan.backend},
+    engine = {"backend": backend or plan.backend, **({"precision": precision} if precision else {})}
+    tree = {"sources": [{"url": str(clip)}], "engine": engine,
             "model": {"path": str(Path(model).resolve())} if looks_like_path else {"name": model}}
     return parse_config(tree, env={})
 
@@ -134,18 +143,36 @@ def _variants(plan: Plan, clips: dict[str, Path]) -> list[Variant]:
     first = clips[plan.clips[0]]
     config = _config(plan, first, plan.model)
     spec = load_spec(config, plan.models_dir, None)
-    variants = [Variant("fp32", Path(spec.path).resolve(), spec, config)]
+    if plan.engines:
+        return _engine_variants(plan, first, spec)
+    variants = [Variant("fp32", Path(spec.path).resolve(), spec, config, plan.backend, naive=True)]
     if plan.int8:
         from app.bench.int8 import ensure_int8
 
         path = ensure_int8(variants[0].path, first, 20 if plan.quick else 100)
         config = _config(plan, first, str(path))
-        variants.append(Variant("int8", path, load_spec(config, plan.models_dir, None), config))
+        variants.append(Variant("int8", path, load_spec(config, plan.models_dir, None), config, plan.backend))
+    return variants
+
+
+def _engine_variants(plan: Plan, first: Path, spec: ModelSpec) -> list[Variant]:
+    """One variant per ``--engines`` pair, all on the fp32 file: ``engine.precision: int8`` makes the engine load
+    the INT8 model beside it (made here first when missing, as ``--int8`` does)."""
+    path = Path(spec.path).resolve()
+    if any(precision == "int8" for _, precision in plan.engines or []):
+        from app.bench.int8 import ensure_int8
+
+        ensure_int8(path, first, 20 if plan.quick else 100)
+    variants = []
+    for i, (backend, precision) in enumerate(plan.engines or []):
+        label = "auto" if (backend, precision) == ("auto", "auto") else f"{backend}:{precision}"
+        config = _config(plan, first, str(path), backend, precision)
+        variants.append(Variant(label, path, spec, config, backend, precision, naive=i == 0))
     return variants
 
 
 def _naive(plan: Plan, clips: dict[str, Path], v: Variant, result: BenchResult) -> dict[str, float | None]:
-    providers = naive_providers(v.engine or plan.backend)
+    providers = naive_providers(v.engine or v.backend)
     fps = {}
     for name, clip in clips.items():
         runs: list[NaiveRun] = [naive_loop(str(clip), str(v.path), providers, v.config.model.conf_threshold,
@@ -182,10 +209,10 @@ def _file(plan: Plan, clips: dict[str, Path], v: Variant, model_fps: dict[str, f
         label = clip_tools.clip_label(name)
         if plan.max_frames is not None:
             clip = clip_tools.head_copy(clip, plan.max_frames, plan.cache_dir)
-        runs: list[FileRun] = [run_file_once(clip, label, v.path, plan.backend, 120 + 2 * (plan.max_frames or 2000))
-                               for _ in range(plan.repeats)]
+        runs: list[FileRun] = [run_file_once(clip, label, v.path, v.backend, 120 + 2 * (plan.max_frames or 2000),
+                                             v.engine_precision) for _ in range(plan.repeats)]
         result.file.append(summarize_file(v.precision, label, runs, model_fps.get(label),
-                                          naive.get(label) if v.precision == "fp32" else None))
+                                          naive.get(label) if v.naive else None))
 
 
 def _live_settings(plan: Plan, clips: dict[str, Path], v: Variant) -> LiveSettings:
@@ -195,4 +222,5 @@ def _live_settings(plan: Plan, clips: dict[str, Path], v: Variant) -> LiveSettin
     def cameras(k: int) -> list[Path]:
         return clip_tools.camera_clips(clip, k, round(plan.camera_fps), plan.cache_dir, frames)
 
-    return LiveSettings(cameras, v.path, plan.backend, plan.camera_fps, plan.live_duration_s, plan.p99_bound_ms)
+    return LiveSettings(cameras, v.path, v.backend, plan.camera_fps, plan.live_duration_s, plan.p99_bound_ms,
+                        v.engine_precision)

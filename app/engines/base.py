@@ -103,3 +103,11 @@ class Engine(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook; engines without resources need nothing
         """Release device memory, contexts and sessions. Idempotent."""
+
+
+def dynamic_batch_sizes(max_batch: int) -> tuple[int, ...]:
+    """Powers of two up to ``max_batch``, plus ``max_batch`` itself so the batcher can fill it."""
+    sizes = [1 << i for i in range(max_batch.bit_length()) if 1 << i <= max_batch]
+    if sizes[-1] != max_batch:
+        sizes.append(max_batch)
+    return tuple(sizes)

@@ -187,6 +187,11 @@ class ByteTracker:
         self._retire(pool + unconfirmed + started)
         return self._ids_by_row(len(scores))
 
+    def alive_ids(self) -> set[int]:
+        """Ids of the tracks still held, tracked or lost (a lost one may yet be found again)."""
+        return {t.track_id for t in self._tracked if t.track_id >= 0} | {t.track_id for t in self._lost
+                                                                          if t.track_id >= 0}
+
     def _boxes(self, tracks: list[_Track]) -> np.ndarray:
         return np.array([t.xyxy for t in tracks]).reshape(-1, 4)
 

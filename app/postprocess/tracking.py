@@ -48,6 +48,11 @@ class StreamTrackers:
         track_ids = tracker.update(detections.xyxy.astype("float64"), detections.scores.astype("float64"))
         return Detections(detections.xyxy.copy(), detections.scores.copy(), detections.class_ids.copy(), track_ids)
 
+    def alive(self, stream_id: str) -> set[int]:
+        """Ids the stream's tracker still holds, tracked or lost; a track not among them is gone for good."""
+        tracker = self._trackers.get(stream_id)
+        return set() if tracker is None else tracker.alive_ids()
+
     def reset(self, stream_id: str) -> None:
         """Forget the stream's tracks (reconnect or end); its next frame starts ids from 1 again."""
         self._trackers.pop(stream_id, None)

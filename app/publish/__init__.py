@@ -8,15 +8,19 @@ the :class:`ZmqPublisher` socket belongs to the postprocess thread.
 from app.publish.base import Publisher, ResultSink
 from app.publish.messages import (
     DETECTION_SCHEMA,
+    EVENT_SCHEMA,
     STATUS_SCHEMA,
     MessageDecodeError,
     decode,
     det_topic,
     detection_payload,
     encode,
+    event_payload,
+    event_topic,
     status_payload,
     status_topic,
     validate_detection,
+    validate_event,
     validate_status,
 )
 from app.publish.proxy import ProxyThread, run_proxy
@@ -24,6 +28,7 @@ from app.publish.zmq import ZmqPublisher
 
 __all__ = [
     "DETECTION_SCHEMA",
+    "EVENT_SCHEMA",
     "STATUS_SCHEMA",
     "MessageDecodeError",
     "ProxyThread",
@@ -34,9 +39,12 @@ __all__ = [
     "det_topic",
     "detection_payload",
     "encode",
+    "event_payload",
+    "event_topic",
     "run_proxy",
     "status_payload",
     "status_topic",
     "validate_detection",
+    "validate_event",
     "validate_status",
 ]

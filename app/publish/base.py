@@ -3,8 +3,8 @@
 The postprocess thread (``detstream.postprocess``) routes each published
 frame and each source status to them; it knows nothing else about them.
 
-* A :class:`Publisher` sends the ``detstream.detections/1`` and
-  ``detstream.status/1`` maps of docs/messages.md. There is one per pipeline;
+* A :class:`Publisher` sends the ``detstream.detections/1``,
+  ``detstream.status/1`` and ``detstream.event/1`` maps of docs/messages.md. There is one per pipeline;
   :class:`app.publish.zmq.ZmqPublisher` is the product's, tests pass their
   own to :class:`app.pipeline.Pipeline`. It is used and closed only on the
   postprocess thread (a ZeroMQ socket is not thread-safe).
@@ -50,6 +50,10 @@ class Publisher(Protocol):
 
     def publish_status(self, stream_id: str, payload: Mapping[str, Any]) -> bool:
         """Send one status map; False when dropped at the high-water mark."""
+        ...
+
+    def publish_event(self, stream_id: str, payload: Mapping[str, Any]) -> bool:
+        """Send one zone or line event map; False when dropped at the high-water mark."""
         ...
 
     def wait_for_subscribers(self, min_count: int = 1, timeout_s: float = 1.0) -> bool:

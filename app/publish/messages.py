@@ -1,6 +1,6 @@
 """The published messages: topics, payload building, encoding and schema checks (docs/messages.md).
 
-Two frames per message: the topic (``det/<stream_id>/`` or ``status/<stream_id>/``;
+Two frames per message: the topic (``det/<stream_id>/``, ``status/<stream_id>/`` or ``event/<stream_id>/``;
 the trailing slash makes a ZeroMQ prefix subscription exact) and the payload,
 a map encoded as JSON (UTF-8) or msgpack. Payloads are plain data: decoding
 never runs code (no pickle, no msgpack extension types) and has size limits,
@@ -14,16 +14,21 @@ import math
 import re
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgpack
 
+from app.analytics.engine import EVENT_KINDS
 from app.redact import redact_url
 from app.sources.base import SourceState
 from app.types import LATENCY_STAGES, FrameResult
 
+if TYPE_CHECKING:
+    from app.analytics.engine import Event
+
 DETECTION_SCHEMA = "detstream.detections/1"
 STATUS_SCHEMA = "detstream.status/1"
+EVENT_SCHEMA = "detstream.event/1"
 STATES = tuple(state.value for state in SourceState)
 """The ``state`` values of a status message: those of :class:`app.sources.base.SourceState`."""
 LATENCY_KEYS = LATENCY_STAGES
@@ -46,6 +51,11 @@ def det_topic(stream_id: str) -> bytes:
 def status_topic(stream_id: str) -> bytes:
     """``b"status/<stream_id>/"``: the topic frame of a status message."""
     return f"status/{stream_id}/".encode()
+
+
+def event_topic(stream_id: str) -> bytes:
+    """``b"event/<stream_id>/"``: the topic frame of a zone or line event."""
+    return f"event/{stream_id}/".encode()
 
 
 def _ms(value: float) -> float:
@@ -72,7 +82,9 @@ def detection_payload(
     measured on the monotonic clock, from ``meta.t_captured`` to
     ``now_monotonic`` (default: ``time.monotonic()`` now), so a wall-clock step
     never makes it negative. Boxes are rounded to 0.1 px, scores to 4 decimals,
-    latencies to 0.1 ms; ``track_id`` is null for untracked boxes.
+    latencies to 0.1 ms; ``track_id`` is null for untracked boxes. The
+    optional ``analytics`` field (a source with zones or lines) is added when
+    the result has it.
     """
     meta = result.meta
     dets = result.detections
@@ -90,7 +102,7 @@ def detection_payload(
             boxes, dets.scores.tolist(), dets.class_ids.tolist(), dets.track_ids.tolist(), strict=True
         )
     ]
-    return {
+    payload = {
         "schema": DETECTION_SCHEMA,
         "stream": meta.stream_id,
         "seq": int(meta.seq),
@@ -110,6 +122,29 @@ def detection_payload(
         "model": model,
         "engine": engine,
         "detections": detections,
+    }
+    if result.analytics is not None:
+        payload["analytics"] = result.analytics.message_field()
+    return payload
+
+
+def event_payload(stream_id: str, event: Event, *, seq: int, pts: float | None, at: float) -> dict[str, Any]:
+    """The ``detstream.event/1`` map of one zone or line event; ``seq``/``pts`` of the frame it happened on."""
+    return {
+        "schema": EVENT_SCHEMA,
+        "stream": stream_id,
+        "seq": int(seq),
+        "pts": None if pts is None else round(float(pts), 6),
+        "at": round(float(at), 6),
+        "kind": event.kind,
+        event.region_kind: event.region,
+        "direction": event.direction,
+        "reason": event.reason,
+        "track_id": int(event.track_id),
+        "label": event.label,
+        "score": event.score,
+        "box": None if event.box is None else list(event.box),
+        "counts": event.counts,
     }
 
 
@@ -176,6 +211,11 @@ def decode(data: bytes, encoding: Encoding) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise MessageDecodeError(f"payload is a {type(value).__name__}, expected a map")
     return value
+
+
+def shorten_repr(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _is_int(value: Any) -> bool:
@@ -260,6 +300,9 @@ def validate_detection(payload: Any) -> list[str]:
         "detections": (lambda v: isinstance(v, list), "a list"),
     }
     problems = _check_fields(payload, checks)
+    analytics = payload.get("analytics")
+    if analytics is not None and not (isinstance(analytics, dict) and isinstance(analytics.get("zones"), dict)):
+        problems.append(f"analytics: expected a map with zones, got {shorten_repr(analytics)}")
     if isinstance(payload.get("detections"), list):
         width, height = payload.get("width"), payload.get("height")
         for index, item in enumerate(payload["detections"]):
@@ -281,3 +324,32 @@ def validate_status(payload: Any) -> list[str]:
         "dropped": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
     }
     return _check_fields(payload, checks)
+
+
+def _is_counts(value: Any) -> bool:
+    return (isinstance(value, dict) and _is_int(value.get("in")) and _is_int(value.get("out"))
+            and isinstance(value.get("labels"), dict))
+
+
+def validate_event(payload: Any) -> list[str]:
+    """Problems that keep ``payload`` from being a ``detstream.event/1`` map; empty when valid."""
+    if not isinstance(payload, Mapping):
+        return [f"payload: expected a map, got {type(payload).__name__}"]
+    checks = _common_checks(EVENT_SCHEMA) | {
+        "seq": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+        "pts": (lambda v: v is None or _is_number(v), "a number or null"),
+        "at": (_is_number, "epoch seconds"),
+        "kind": (lambda v: v in EVENT_KINDS, " | ".join(EVENT_KINDS)),
+        "direction": (lambda v: v in (None, "in", "out"), "in, out or null"),
+        "track_id": (_is_int, "an integer"),
+        "label": (lambda v: isinstance(v, str), "a string"),
+        "score": (lambda v: v is None or (_is_number(v) and 0 <= v <= 1), "a number in [0, 1] or null"),
+        "box": (lambda v: v is None or (isinstance(v, list) and len(v) == 4 and all(_is_number(x) for x in v)),
+                "[x1, y1, x2, y2] or null"),
+        "counts": (_is_counts, "a map of in, out (and occupancy) and labels"),
+    }
+    problems = _check_fields(payload, checks)
+    regions = [key for key in ("zone", "line") if isinstance(payload.get(key), str)]
+    if len(regions) != 1:
+        problems.append(f"zone/line: expected exactly one of them as a string, got {regions or 'neither'}")
+    return problems

@@ -1,4 +1,4 @@
-"""ZeroMQ publisher of detection and status messages: per-subscriber drops at the high-water mark, counted.
+"""ZeroMQ publisher of detection, status and event messages: per-subscriber HWM drops, counted.
 
 Socket choice. Subscribers expect PUB behaviour: when one subscriber's queue
 is full (``publish.sndhwm``), the message is dropped for that subscriber only,
@@ -40,7 +40,7 @@ import zmq.auth
 
 from app.config import PublishConfig
 from app.errors import PublishError
-from app.publish.messages import det_topic, encode, status_topic
+from app.publish.messages import det_topic, encode, event_topic, status_topic
 
 logger = logging.getLogger(__name__)
 
@@ -160,6 +160,10 @@ class ZmqPublisher:
     def publish_status(self, stream_id: str, payload: Mapping[str, Any]) -> bool:
         """Send a ``detstream.status/1`` map on ``status/<stream_id>/``; False when a subscriber missed it."""
         return self._send(status_topic(stream_id), payload)
+
+    def publish_event(self, stream_id: str, payload: Mapping[str, Any]) -> bool:
+        """Send a ``detstream.event/1`` map on ``event/<stream_id>/``; False when a subscriber missed it."""
+        return self._send(event_topic(stream_id), payload)
 
     def _send(self, topic: bytes, payload: Mapping[str, Any]) -> bool:
         if self._closed:

@@ -68,9 +68,8 @@ class RealtimePacer:
     (a timestamp discontinuity must not freeze the source for hours), the
     cadence goes on: the frame after the jump is due one frame interval (the
     last pts step seen) after the frame before it, as a camera's next frame
-    would be. Anchoring such a frame at "now" instead delivered two frames back
-    to back at every loop restart: with eight looping 5-fps cameras, sixteen
-    frames in 200 ms every pass, measured as 150–320 ms latency peaks. Re-anchors
+    would be (anchoring it at "now" would deliver two frames back to back at
+    every loop restart, and looping cameras would burst in step). Re-anchors
     at "now" when the decoder is more than ``max_lag_s`` late (a slow consumer
     should not cause a burst to catch up).
     """

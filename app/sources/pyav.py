@@ -233,8 +233,8 @@ class PyAVSource(FrameSource):
         if stream.codec_context is None:
             raise SourceConnectionError(f"{self.config.safe_url}: unsupported codec (no decoder in this FFmpeg)",
                                         FailureKind.UNSUPPORTED_CODEC.value, False)
-        # Frame threading ("AUTO") holds thread_count - 1 frames back: measured 0.2 s at 10 fps on 2 cores
-        # (0.4 s at 5 fps), most of a live source's staleness budget. Live sources use slice threading.
+        # Frame threading ("AUTO") holds thread_count - 1 frames back, a frame interval each: at camera rates
+        # that is most of a live source's staleness budget. Live sources use slice threading.
         stream.thread_type = "SLICE" if self._live else "AUTO"
         return stream
 

@@ -1,13 +1,12 @@
 """Decoded PyAV frame → RGB ``(h, w, 3) uint8``, the input of the letterbox.
 
 ``frame.to_ndarray(format="rgb24")`` runs swscale's yuv→rgb at full
-resolution into a freshly allocated frame: 0.4–0.7 ms per frame here, the
-largest share of a decoder thread's work. For the common case, BT.601 (or
-untagged) limited-range ``yuv420p`` with even dimensions, the planes are read
-in place and OpenCV converts them into a buffer reused for every frame:
-−0.4 ms per frame on vtest (768×576) and bikes (640×272), detections at F1
-0.996 / 0.984 against the swscale path, which is within the model's own jitter
-(a 4-pixel shift of the letterbox gives 0.91 / 0.79). Frames tagged BT.709 or
+resolution into a freshly allocated frame, the largest share of a decoder
+thread's work. For the common case, BT.601 (or untagged) limited-range
+``yuv420p`` with even dimensions, the planes are read in place and OpenCV
+converts them into a buffer reused for every frame, at about half the cost;
+its rounding differs slightly from swscale's, which moves detections less
+than a shift of the letterbox by a few pixels does. Frames tagged BT.709 or
 full range ("yuvj"), other pixel formats and odd sizes keep the swscale path,
 which honours those tags; OpenCV's I420 conversion would not.
 

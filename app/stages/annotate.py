@@ -28,6 +28,7 @@ import av
 import cv2
 import numpy as np
 
+from app.analytics.overlay import draw_analytics
 from app.errors import ConfigError
 from app.publish.base import ResultSink
 from app.threads import StageThread
@@ -45,6 +46,8 @@ _PALETTE = np.array([(56, 56, 255), (151, 157, 255), (31, 112, 255), (29, 178, 2
 def draw_detections(image: np.ndarray, result: FrameResult, class_names: tuple[str, ...]) -> np.ndarray:
     """Boxes, labels and scores drawn onto a copy of ``image`` (BGR)."""
     canvas = image.copy()
+    if result.analytics is not None:
+        draw_analytics(canvas, result.analytics)  # zones and lines under the boxes
     dets = result.detections
     for (x1, y1, x2, y2), score, class_id, track_id in zip(dets.xyxy, dets.scores, dets.class_ids,
                                                             dets.track_ids, strict=True):

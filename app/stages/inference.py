@@ -12,9 +12,8 @@ when a worker is about to need one, so frames wait in the batcher, where a
 live stream's staleness limit can still drop them, rather than in the engine's
 job queue, where nothing can. With file streams only, batches stay as large as
 the ring allows: nothing is dropped either way, and one-frame batches cost
-~0.5 ms of CPU per frame more (postprocess and engine thread).
-Measured at 2x overload (18-19 cameras x 5 fps, 2 cores): p99 1286 ms with the
-job queue bounded only by the in-flight handles, 593 ms with this gate.
+more CPU per frame (postprocess and engine thread). Without the gate, an
+overloaded live run queues frames in the engine past ``max_staleness_ms``.
 """
 
 from __future__ import annotations

@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from app.analytics.engine import FrameAnalytics
 from app.batcher import Batcher
 from app.config import DetstreamConfig, SourceMode
 from app.drops import DropLedger, DropReason, HwmWarning
 from app.metrics import PipelineMetrics
 from app.publish.base import Publisher, ResultSink
-from app.publish.messages import detection_payload, status_payload
+from app.publish.messages import detection_payload, event_payload, status_payload
 from app.sources.base import SourceState, SourceStatus
 from app.stages.detect import Detector
 from app.stages.inference import END, Submitted
@@ -50,7 +51,8 @@ class StreamSnapshot:
     published one (its last ``seq`` + 1); ``published + dropped`` reaches it
     (a detection message a subscriber missed at its HWM counts as dropped, reason ``subscriber_hwm``)
     once the stream has ended. ``p50_total_ms`` is the median capture-to-publish
-    latency of its recent frames (0 before the first).
+    latency of its recent frames (0 before the first). ``counts``: each of its
+    zones' and lines' counts by name (docs/analytics.md), empty without any.
     """
 
     state: SourceState
@@ -61,6 +63,7 @@ class StreamSnapshot:
     published: int
     dropped_by_reason: Mapping[DropReason, int]
     p50_total_ms: float
+    counts: Mapping[str, Mapping] = field(default_factory=dict)
 
     @property
     def dropped(self) -> int:
@@ -140,7 +143,8 @@ class ResultsStage:
         recent = list(stream.total_ms)
         return StreamSnapshot(stream.state, stream.reason, stream.attempt, stream.retry_in_s, stream.last_seq + 1,
                               counts.published, counts.dropped_by_reason,
-                              statistics.median(recent) if recent else 0.0)
+                              statistics.median(recent) if recent else 0.0,
+                              self._detector.analytics.counts(stream_id))
 
     def _run(self) -> None:
         try:
@@ -210,6 +214,8 @@ class ResultsStage:
                                     published_at=time.time(), dropped_before=meta.seq - stream.last_seq - 1,
                                     class_names=self._class_names, now_monotonic=now)
         delivered = self._publisher.publish_detections(meta.stream_id, payload)
+        if result.analytics is not None:
+            self._publish_events(meta.stream_id, result.analytics, meta.seq, meta.pts_s, meta.captured_at)
         self._last_publish_at = now
         stream.last_seq = meta.seq
         total_ms = (now - meta.t_captured) * 1e3
@@ -225,6 +231,13 @@ class ResultsStage:
             self._drops.published(meta.stream_id, policy_drops, result.infer_ms, result.cpu_ms)
         if self._sinks:
             self._to_sinks(result, lossless=not stream.live)
+
+    def _publish_events(self, stream_id: str, analytics: FrameAnalytics | None, seq: int, pts: float | None,
+                        at: float) -> None:
+        """The frame's zone and line events on ``event/<stream_id>/``, counted in the metrics."""
+        for event in analytics.events if analytics is not None else ():
+            self._publisher.publish_event(stream_id, event_payload(stream_id, event, seq=seq, pts=pts, at=at))
+            self._metrics.count_event(stream_id, event)
 
     def _to_sinks(self, result: FrameResult, lossless: bool) -> None:
         for sink in self._sinks:
@@ -250,7 +263,7 @@ class ResultsStage:
     def _apply_status(self, status: SourceStatus) -> None:
         stream = self._streams[status.stream_id]
         if status.state is SourceState.RECONNECTING:
-            self._detector.forget(status.stream_id)
+            self._forget(status.stream_id)
             self._metrics.reconnects.labels(stream=status.stream_id, error_class=status.error_kind or "unknown").inc()
         stream.state, stream.reason = status.state, status.reason
         stream.attempt, stream.retry_in_s = status.attempt, status.retry_in_s
@@ -261,8 +274,13 @@ class ResultsStage:
         status = self._pending_terminal.pop(stream_id, None)
         if status is None:
             status = SourceStatus(stream_id, SourceState.ENDED, "stopped")
-        self._detector.forget(stream_id)
+        self._forget(stream_id)
         self._apply_status(status)
+
+    def _forget(self, stream_id: str) -> None:
+        """The stream's tracks start afresh; tracks inside its zones leave them (``reason: lost``)."""
+        lost = self._detector.forget(stream_id)
+        self._publish_events(stream_id, lost, max(self._streams[stream_id].last_seq, 0), None, time.time())
 
     def _send_status(self, stream_id: str) -> None:
         s = self._streams[stream_id]

@@ -42,7 +42,7 @@ import zmq.auth
 
 from app.publish.messages import MessageDecodeError, decode
 from app.publish.zmq import needs_ipv6
-from app.subscribe.messages import DetectionMessage, GapEvent, Message, StatusMessage
+from app.subscribe.messages import DetectionMessage, EventMessage, GapEvent, Message, StatusMessage
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +58,7 @@ class SubscriberStats:
     received: int = 0
     detections: int = 0
     statuses: int = 0
+    events: int = 0
     invalid: int = 0
     gaps: int = 0
     missing: int = 0
@@ -74,10 +75,11 @@ def _server_key(curve_server_key: str | bytes | Path) -> bytes:
 
 
 class Subscriber:
-    """Subscribes to ``det/`` and ``status/`` messages, optionally of some streams only.
+    """Subscribes to ``det/`` and ``status/`` messages (and ``event/`` when asked), optionally of some streams only.
 
     ``streams``: exact stream ids (``det/<id>/`` prefixes, so ``cam1`` does not
-    match ``cam10``); empty means all. ``topics``: the topic families.
+    match ``cam10``); empty means all. ``topics``: the topic families
+    (``event/`` for zone and line events).
     ``encoding``: ``json``, ``msgpack``, or ``auto`` (a payload starting with
     ``{`` is JSON). ``curve_server_key``: the publisher's public key (z85 or a
     certificate file) when it uses CURVE; this client uses a fresh key pair.
@@ -166,6 +168,8 @@ class Subscriber:
                 message: Message = DetectionMessage.from_payload(payload)
             elif topic.startswith(b"status/"):
                 message = StatusMessage.from_payload(payload)
+            elif topic.startswith(b"event/"):
+                message = EventMessage.from_payload(payload)
             else:
                 raise MessageDecodeError(f"unknown topic {topic[:64]!r}")
         except ValueError as error:
@@ -175,6 +179,8 @@ class Subscriber:
         if isinstance(message, DetectionMessage):
             self.stats.detections += 1
             self._track_seq(message)
+        elif isinstance(message, EventMessage):
+            self.stats.events += 1
         else:
             self.stats.statuses += 1
         return message

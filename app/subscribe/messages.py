@@ -1,8 +1,8 @@
 """Typed, frozen views of the published payloads (docs/messages.md), for subscribers.
 
 ``from_payload`` validates with :func:`app.publish.messages.validate_detection`
-/ :func:`~app.publish.messages.validate_status` and raises ValueError listing
-every problem. Keys this version does not know are kept in ``extra``, so
+/ :func:`~app.publish.messages.validate_status` / :func:`~app.publish.messages.validate_event`
+and raises ValueError listing every problem. Keys this version does not know are kept in ``extra``, so
 :meth:`to_payload` gives back what was received.
 """
 
@@ -12,12 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.publish.messages import LATENCY_KEYS, validate_detection, validate_status
+from app.publish.messages import LATENCY_KEYS, validate_detection, validate_event, validate_status
 
 _DETECTION_KEYS = ("label", "class_id", "score", "box", "track_id")
 _MESSAGE_KEYS = ("schema", "stream", "seq", "pts", "captured_at", "published_at", "width", "height",
                  "dropped_before", "latency_ms", "model", "engine", "detections")
 _STATUS_KEYS = ("schema", "stream", "state", "reason", "attempt", "retry_in_s", "at", "frames", "dropped")
+_EVENT_KEYS = ("schema", "stream", "seq", "pts", "at", "kind", "zone", "line", "direction", "reason", "track_id",
+               "label", "score", "box", "counts")
 
 
 def _extra(payload: Mapping[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
@@ -99,6 +101,12 @@ class DetectionMessage:
             "detections": [d.to_payload() for d in self.detections], **self.extra,
         }
 
+    @property
+    def analytics(self) -> Mapping[str, Any] | None:
+        """The optional ``analytics`` field: ``{"zones": {zone: {label: occupancy}}, "lines": {line: {"in",
+        "out"}}}`` when the source has zones or lines (docs/analytics.md), else None."""
+        return self.extra.get("analytics")
+
     def label_counts(self) -> dict[str, int]:
         """How many boxes per label, most frequent first (ties by label)."""
         counts: dict[str, int] = {}
@@ -138,6 +146,50 @@ class StatusMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class EventMessage:
+    """A ``detstream.event/1`` message: one track entered, left or dwelt in a zone, or crossed a line.
+
+    ``region_kind`` is ``zone`` or ``line`` (the payload's key), ``region`` its
+    name; ``counts`` the region's counts right after the event.
+    """
+
+    stream: str
+    seq: int
+    pts: float | None
+    at: float
+    kind: str
+    region_kind: str
+    region: str
+    direction: str | None
+    reason: str | None
+    track_id: int
+    label: str
+    score: float | None
+    box: tuple[float, float, float, float] | None
+    counts: Mapping[str, Any]
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> EventMessage:
+        problems = validate_event(payload)
+        if problems:
+            raise ValueError("invalid event message: " + "; ".join(problems))
+        region_kind = "zone" if isinstance(payload.get("zone"), str) else "line"
+        box = payload["box"]
+        return cls(payload["stream"], payload["seq"], payload["pts"], float(payload["at"]), payload["kind"],
+                   region_kind, payload[region_kind], payload["direction"], payload.get("reason"),
+                   payload["track_id"], payload["label"], payload["score"],
+                   None if box is None else tuple(float(v) for v in box), payload["counts"],
+                   _extra(payload, _EVENT_KEYS))
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"schema": "detstream.event/1", "stream": self.stream, "seq": self.seq, "pts": self.pts,
+                "at": self.at, "kind": self.kind, self.region_kind: self.region, "direction": self.direction,
+                "reason": self.reason, "track_id": self.track_id, "label": self.label, "score": self.score,
+                "box": None if self.box is None else list(self.box), "counts": self.counts, **self.extra}
+
+
+@dataclass(frozen=True, slots=True)
 class GapEvent:
     """Seqs of ``stream`` that this subscriber did not see between ``expected_seq`` and ``seq``.
 
@@ -162,4 +214,4 @@ class GapEvent:
         return self.missing == self.dropped_before
 
 
-Message = DetectionMessage | StatusMessage
+Message = DetectionMessage | StatusMessage | EventMessage

@@ -47,7 +47,7 @@ def _config(**changes: object) -> EngineConfig:
 
 def test_the_cuda_provider_computes_what_numpy_does(tmp_path: Path) -> None:
     spec = make_model(tmp_path / "tiny.onnx", None)
-    engine = OrtEngine(spec, _config(), [CUDA, "CPUExecutionProvider"])
+    engine = OrtEngine(spec, _config(precision="fp32"), [CUDA, "CPUExecutionProvider"])  # fp32: exact numbers
     try:
         assert engine.backend == f"onnxruntime:{CUDA}"
         assert engine.batch_sizes == (4,), "every run pads to max_batch: a new shape costs a cuDNN search"
@@ -58,6 +58,20 @@ def test_the_cuda_provider_computes_what_numpy_does(tmp_path: Path) -> None:
             frames = random_frames(n, seed=10 * round_ + n)
             for got, want in zip(engine.submit(list(frames)).wait(), reference(frames), strict=True):
                 np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    finally:
+        engine.close()
+
+
+def test_the_cuda_provider_runs_the_fp16_model_for_fp16_within_fp16_tolerance(tmp_path: Path) -> None:
+    spec = make_model(tmp_path / "tiny.onnx", None)
+    engine = OrtEngine(spec, _config(precision="fp16", tensorrt={"cache_dir": str(tmp_path / "cache")}),
+                       [CUDA, "CPUExecutionProvider"])
+    try:
+        assert engine.backend == f"onnxruntime:{CUDA}"
+        assert list((tmp_path / "cache" / "models").glob("tiny-fp16-*.onnx")), "the fp16 copy was not made"
+        frames = random_frames(4, seed=4)
+        for got, want in zip(engine.submit(list(frames)).wait(), reference(frames), strict=True):
+            np.testing.assert_allclose(got, want, atol=2e-2)
     finally:
         engine.close()
 

@@ -39,7 +39,7 @@ def test_the_table_names_every_measurement_and_the_capacity(quick):
         assert column in stdout, column
     for row in ("model-only, batch", "naive loop", "file mode", "live, 1 x 5 fps", "memory, 1 → 2 cameras"):
         assert row in stdout, row
-    assert "capacity (fp32, onnxruntime:CPUExecutionProvider):" in stdout
+    assert "capacity (fp32, openvino:CPU:" in stdout  # the default engine on a CPU: auto picks OpenVINO
     assert f"results: {out}" in stdout
 
 
@@ -69,7 +69,7 @@ def test_file_mode_is_lossless_and_compared_with_both_references(quick):
     result = BenchResult.model_validate_json(quick[1].read_text())
     (file_mode,) = result.file
     assert file_mode.lossless is True and file_mode.frames == 40
-    assert file_mode.engine == "onnxruntime:CPUExecutionProvider"
+    assert file_mode.engine.startswith("openvino:CPU:")  # backend:device:precision, as the messages carry it
     for value in (file_mode.fps.median, file_mode.wall_s.median, file_mode.p50_ms.median, file_mode.p99_ms.median,
                   file_mode.peak_rss_mb.median, file_mode.of_model_only, file_mode.of_naive):
         assert _positive(value)
@@ -111,3 +111,16 @@ def test_int8_makes_the_model_beside_the_fp32_one_and_runs_it_too(tmp_path, defa
     assert [m.precision for m in result.models] == ["fp32", "int8"]
     assert [(m.precision, m.clip) for m in result.model_only] == [("fp32", "vtest"), ("int8", "vtest")]
     assert all(_positive(m.best_fps.median) for m in result.model_only)
+
+
+def test_engines_compares_backends_and_precisions_side_by_side(tmp_path, default_model, vtest):
+    out = tmp_path / "engines.json"
+    proc = detstream("bench", "--quick", "--only", "model,file", "--engines", "onnxruntime:fp32,openvino:fp32,auto",
+                     "--json", str(out), timeout_s=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = BenchResult.model_validate_json(out.read_text())
+    labels = ["onnxruntime:fp32", "openvino:fp32", "auto"]
+    assert [m.precision for m in result.model_only] == labels
+    assert [m.engine for m in result.model_only][:2] == ["onnxruntime:CPUExecutionProvider:fp32", "openvino:CPU:fp32"]
+    assert [(f.precision, f.engine) for f in result.file] == [(m.precision, m.engine) for m in result.model_only]
+    assert all(f.lossless and _positive(f.fps.median) for f in result.file)

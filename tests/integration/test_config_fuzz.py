@@ -48,9 +48,14 @@ def section(keys: list[str]) -> st.SearchStrategy[dict]:
     return st.one_of(known, st.dictionaries(ANY_KEY, VALUES, max_size=2), VALUES)
 
 
+POINTS = st.lists(st.lists(NUMBERS, min_size=2, max_size=3) | VALUES, max_size=5) | VALUES
+REGION_KEYS = {"name": st.sampled_from(["a", "b", "a b"]) | TEXT, "points": POINTS, "units": VALUES,
+               "classes": VALUES, "anchor": VALUES, "min_frames": VALUES, "min_dwell_s": VALUES, "in_side": VALUES}
+REGIONS = st.lists(st.fixed_dictionaries({}, optional=REGION_KEYS), max_size=2) | VALUES
 SOURCES = st.lists(st.fixed_dictionaries({"url": st.sampled_from(["clips/a.mp4", "rtsp://u:${PW}@cam/x"]) | TEXT},
                                          optional={k: VALUES for k in SOURCE_KEYS[:1] + SOURCE_KEYS[2:-1]}
-                                         | {"reconnect": section(BACKOFF_KEYS)}), min_size=0, max_size=3)
+                                         | {"reconnect": section(BACKOFF_KEYS), "zones": REGIONS,
+                                            "lines": REGIONS}), min_size=0, max_size=3)
 CONFIGS = st.fixed_dictionaries({"sources": SOURCES},
                                 optional={name: section(keys) for name, keys in SECTION_KEYS.items()}
                                 | {"duration_s": VALUES, "k" * 5000: VALUES})

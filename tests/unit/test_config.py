@@ -198,7 +198,8 @@ def test_defaults_match_the_contract():
     assert (config.model.name, config.model.conf_threshold, config.model.iou_threshold) == ("yolov3-tiny", 0.25, 0.45)
     assert (config.engine.backend, config.engine.max_batch, config.engine.max_wait_ms) == ("auto", 8, 10.0)
     assert (config.engine.tensorrt.contexts, config.engine.onnxruntime.workers, config.engine.precision) == (
-        2, 2, "fp16")
+        2, 2, "auto")
+    assert (config.engine.openvino.requests, config.engine.openvino.device) == (2, "CPU")
     assert (config.engine.tensorrt.cuda_graphs, config.engine.onnxruntime.intra_op_threads) == (True, None)
     assert (config.publish.endpoint, config.publish.encoding) == ("tcp://127.0.0.1:5555", "json")
     assert (config.publish.heartbeat_s, config.publish.startup_wait_s) == (5.0, 1.0)

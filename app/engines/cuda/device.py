@@ -117,16 +117,52 @@ class Device(ABC):
     def graph_exec_destroy(self, graph_exec: GraphExec) -> None:
         """Release an instantiated graph."""
 
+    @abstractmethod
+    def clear_last_error(self) -> str | None:
+        """Read and reset this thread's last CUDA error (``cudaGetLastError``); its name, or None.
+
+        A failed graph capture leaves an error behind that TensorRT's next enqueue would report as its
+        own failure; clearing it (as ``trtexec`` does) lets plain enqueue go on. A sticky error (a
+        kernel fault) is not cleared: it poisons the whole device context and every later call fails.
+        """
+
     def close(self) -> None:  # noqa: B027 - optional hook: a CUDA device holds nothing of its own
         """Release what the device object itself holds (threads for :class:`HostDevice`). Idempotent."""
 
 
+CUDA_BINDINGS_PIN = "cuda-bindings>=12.9.1"
+"""Older cuda-python either has no ``cuda.bindings`` (12.6.0) or holds the GIL in every call, so one
+thread's ``cudaEventSynchronize`` stalls every Python thread; 12.9.1 also brings
+``cuda.bindings.utils.get_cuda_native_handle``."""
+MIN_CUDA_BINDINGS = (12, 9, 1)
+
+
 def import_cudart() -> ModuleType:
-    """``cuda.bindings.runtime``; raises :class:`EngineLoadError` saying how to get it."""
+    """``cuda.bindings.runtime`` of a supported cuda-bindings; :class:`EngineLoadError` saying what to install."""
     try:
-        return importlib.import_module("cuda.bindings.runtime")
+        bindings = importlib.import_module("cuda.bindings")
+        runtime = importlib.import_module("cuda.bindings.runtime")
     except ImportError as error:
-        raise EngineLoadError(f"cuda-python is not installed (pip install cuda-python): {error}") from None
+        raise EngineLoadError(f"cuda-bindings is not installed ({error}): pip install '{CUDA_BINDINGS_PIN}'") from None
+    version = str(getattr(bindings, "__version__", "0"))
+    if _version_tuple(version) < MIN_CUDA_BINDINGS:
+        raise EngineLoadError(f"cuda-bindings {version} is too old: pip install '{CUDA_BINDINGS_PIN}'")
+    return runtime
+
+
+def native_handle(handle: Any) -> int:
+    """The C handle inside a cuda-bindings object (a stream for TensorRT): ``int(handle)`` is deprecated."""
+    from cuda.bindings.utils import get_cuda_native_handle
+
+    return int(get_cuda_native_handle(handle))
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts = []
+    for part in version.split(".")[:3]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
 
 
 class CudaDevice(Device):
@@ -144,7 +180,7 @@ class CudaDevice(Device):
 
     @classmethod
     def open(cls, device_index: int = 0) -> CudaDevice:
-        """Import cuda-python, check that a device exists, select it; :class:`EngineLoadError` otherwise."""
+        """Import cuda-bindings, check that a device exists, select it; :class:`EngineLoadError` otherwise."""
         cudart = import_cudart()
         result = cudart.cudaGetDeviceCount()
         if result[0] != cudart.cudaError_t.cudaSuccess:
@@ -198,7 +234,8 @@ class CudaDevice(Device):
         self._call("cudaMemcpyAsync(DtoH)", self._rt.cudaMemcpyAsync(dst_host_ptr, src, nbytes, kind, stream))
 
     def event_create(self) -> Event:
-        flags = self._rt.cudaEventDisableTiming
+        # Blocking sync: cudaEventSynchronize sleeps instead of spinning a core (engine and postprocess threads).
+        flags = self._rt.cudaEventDisableTiming | self._rt.cudaEventBlockingSync
         return self._call("cudaEventCreateWithFlags", self._rt.cudaEventCreateWithFlags(flags))
 
     def event_destroy(self, event: Event) -> None:
@@ -224,7 +261,7 @@ class CudaDevice(Device):
 
     def stream_end_capture(self, stream: Stream) -> Graph:
         graph = self._call("cudaStreamEndCapture", self._rt.cudaStreamEndCapture(stream))
-        if graph is None or not int(graph):
+        if graph is None or not native_handle(graph):
             raise EngineError("cudaStreamEndCapture returned no graph (capture was invalidated)")
         return graph
 
@@ -239,6 +276,10 @@ class CudaDevice(Device):
 
     def graph_exec_destroy(self, graph_exec: GraphExec) -> None:
         self._call("cudaGraphExecDestroy", self._rt.cudaGraphExecDestroy(graph_exec))
+
+    def clear_last_error(self) -> str | None:
+        (err,) = self._rt.cudaGetLastError()
+        return None if err == self._rt.cudaError_t.cudaSuccess else _error_name(self._rt, err)
 
 
 def _error_name(cudart: ModuleType, err: Any) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import math
+import weakref
 from collections.abc import Callable
 
 import numpy as np
@@ -32,6 +33,10 @@ class HostBuffer:
     boundary. ``pinned`` is True when the memory is page-locked (from
     ``Device.host_alloc``). ``free()`` releases it (idempotent); after that,
     ``array`` raises :class:`StateError` instead of returning dangling memory.
+    Page-locked memory goes back to the device only once no numpy view of it
+    is left: a consumer may still read the outputs of the last batch (views of
+    an engine's output set) when the engine is closed, and freeing under it
+    would be a use after free.
     """
 
     def __init__(self, array: np.ndarray, pinned: bool, release: Callable[[], None] | None = None) -> None:
@@ -115,8 +120,19 @@ class PinnedAllocator:
 def _pinned(device: Device, dims: tuple[int, ...], dt: np.dtype, nbytes: int) -> HostBuffer:
     ptr = device.host_alloc(max(nbytes, 1))
     raw = (ctypes.c_uint8 * max(nbytes, 1)).from_address(ptr)
-    array = np.frombuffer(raw, np.uint8, count=nbytes).view(dt).reshape(dims)
-    return HostBuffer(array, pinned=True, release=lambda: device.host_free(ptr))
+    root = np.frombuffer(raw, np.uint8, count=nbytes)  # every view's .base: it lives as long as any view
+    weakref.finalize(root, _host_free, device, ptr).atexit = False  # at exit the process releases it
+    array = root.view(dt).reshape(dims)
+    del root
+    return HostBuffer(array, pinned=True)  # free() drops the last owned view; the finalizer releases
+
+
+def _host_free(device: Device, ptr: int) -> None:
+    """Runs when the last view of a pinned buffer is gone (see :class:`HostBuffer`)."""
+    try:
+        device.host_free(ptr)
+    except EngineError as error:
+        logger.warning("releasing pinned host memory %#x failed: %s", ptr, error)
 
 
 def _aligned_empty(nbytes: int) -> np.ndarray:

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from app.config import EngineConfig
-from app.engines.base import Engine, InferenceHandle
+from app.engines.base import Engine, InferenceHandle, dynamic_batch_sizes
 from app.engines.onnxruntime.outputs import OutputSets, ShapeEntry
 from app.engines.onnxruntime.session import CPU, create_session, find_input, intra_op_threads
 from app.engines.onnxruntime.workers import CpuWorkers, WorkerHandle, first_line
@@ -71,8 +71,10 @@ class OrtEngine(Engine):
     ``in_flight`` is how many handles the caller may keep waiting in its queue
     (:attr:`app.config.EngineConfig.in_flight`); the outputs of a handle stay valid while that many
     more batches, plus one, are submitted, because the output sets rotate over ``in_flight + 2``.
-    ``allow_spinning`` is the ``session.intra_op.allow_spinning`` setting: off by default because, on
-    a small CPU, spinning pool threads take the cores the decoder threads need.
+    ``precision`` is ``engine.precision`` resolved for this engine (:func:`app.engines.selection.resolve_precision`);
+    :attr:`precision` is what the provider really runs (:func:`reported_precision`), named in :attr:`backend`
+    (``onnxruntime:<provider>:<precision>``). ``allow_spinning`` is the ``session.intra_op.allow_spinning``
+    setting: off by default because, on a small CPU, spinning pool threads take the cores the decoder threads need.
     """
 
     def __init__(
@@ -82,6 +84,7 @@ class OrtEngine(Engine):
         providers: list[str] | None = None,
         *,
         allow_spinning: bool = False,
+        precision: str | None = None,
     ) -> None:
         import onnxruntime as ort
 
@@ -89,7 +92,8 @@ class OrtEngine(Engine):
         self._config = config
         self._session = create_session(ort, spec, config, providers, allow_spinning)
         self.provider = self._session.get_providers()[0]
-        self.backend = f"onnxruntime:{self.provider}"
+        self.precision = reported_precision(self.provider, precision or config.precision)
+        self.backend = f"onnxruntime:{self.provider}:{self.precision}"
         self._what = f"{self.backend}: inference failed on {spec.path}"
         model_input = find_input(self._session, spec)
         self._dtype = np.dtype(_ORT_TYPES.get(model_input.type, np.float32))
@@ -273,11 +277,14 @@ class OrtEngine(Engine):
         return flat[: self._outputs.rows * 3 * hw[0] * hw[1]].reshape(self._outputs.rows, 3, *hw)
 
 
-def dynamic_batch_sizes(max_batch: int) -> tuple[int, ...]:
-    """Powers of two up to ``max_batch``, plus ``max_batch`` itself so the batcher can fill it."""
-    sizes = [1 << i for i in range(max_batch.bit_length()) if 1 << i <= max_batch]
-    if sizes[-1] != max_batch:
-        sizes.append(max_batch)
-    return tuple(sizes)
 
 
+
+def reported_precision(provider: str, requested: str) -> str:
+    """What ``provider`` really runs for ``requested``: the CPU and CUDA providers run the model file's own
+    types (fp32, or int8 for the Q/DQ model); the TensorRT EP runs fp16 unless fp32 is asked for."""
+    if requested == "int8":
+        return "int8"
+    if provider == "TensorrtExecutionProvider":
+        return "fp32" if requested == "fp32" else "fp16"
+    return "fp32"

@@ -9,14 +9,18 @@ fell back to the CPU.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
 from app.config import EngineConfig
 from app.engines.onnxruntime.workers import first_line
-from app.errors import EngineLoadError
+from app.errors import EngineLoadError, ModelError
+from app.models.quantization.fp16 import fp16_model
 from app.types import ModelSpec
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 CPU = "CPUExecutionProvider"
@@ -58,14 +62,33 @@ def create_session(ort: Any, spec: ModelSpec, config: EngineConfig, providers: l
         available -= {"TensorrtExecutionProvider", "CUDAExecutionProvider"}
     chosen = [p for p in wanted if p in available] or [CPU]
     threads = intra_op_threads(config, chosen[0])
-    session = _load(ort, spec, config, chosen, threads, spin)
-    if session.get_providers()[0] == CPU and intra_op_threads(config, CPU) != threads:
-        # A GPU provider fell back silently (e.g. CUDA libraries missing): size the threads for the CPU workers.
-        session = _load(ort, spec, config, [CPU], intra_op_threads(config, CPU), spin)
+    model = model_file(spec, config.precision, chosen[0], config.tensorrt.engine_cache_dir)
+    session = _load(ort, spec, config, chosen, threads, spin, model)
+    fell_back = session.get_providers()[0] == CPU
+    if fell_back and (intra_op_threads(config, CPU) != threads or model != spec.path):
+        # A GPU provider fell back silently (e.g. CUDA libraries missing): the fp32 model, threads for the CPU.
+        session = _load(ort, spec, config, [CPU], intra_op_threads(config, CPU), spin, spec.path)
     return session
 
 
-def _load(ort: Any, spec: ModelSpec, config: EngineConfig, chosen: list[str], threads: int, spin: bool) -> Any:
+def model_file(spec: ModelSpec, precision: str, provider: str, cache_dir: Path) -> str:
+    """The ONNX file a session on ``provider`` loads: the fp16 copy on the CUDA provider for fp16/auto.
+
+    The CUDA provider runs what the model declares, so fp16 there means the fp16 model
+    (:func:`app.models.quantization.fp16.fp16_model`, cached by content, shared with TensorRT). The
+    TensorRT provider converts by itself (``trt_fp16_enable``) and the CPU provider stays on fp32.
+    """
+    if provider != "CUDAExecutionProvider" or precision not in ("auto", "fp16"):
+        return spec.path
+    try:
+        return str(fp16_model(Path(spec.path), cache_dir / "models", spec.sha256))
+    except ModelError as error:
+        logger.warning("onnxruntime: no fp16 model (%s); running %s in fp32", error, spec.path)
+        return spec.path
+
+
+def _load(ort: Any, spec: ModelSpec, config: EngineConfig, chosen: list[str], threads: int, spin: bool,
+          model: str) -> Any:
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -75,9 +98,9 @@ def _load(ort: Any, spec: ModelSpec, config: EngineConfig, chosen: list[str], th
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     try:
         configured = [_with_options(p, config) for p in chosen]
-        return ort.InferenceSession(spec.path, sess_options=options, providers=configured, **spec.ort_session_kwargs())
+        return ort.InferenceSession(model, sess_options=options, providers=configured, **spec.ort_session_kwargs())
     except Exception as error:
-        raise EngineLoadError(f"onnxruntime cannot load {spec.path}: {first_line(error)}") from None
+        raise EngineLoadError(f"onnxruntime cannot load {model}: {first_line(error)}") from None
 
 
 def _with_options(provider: str, config: EngineConfig) -> Any:
@@ -86,7 +109,7 @@ def _with_options(provider: str, config: EngineConfig) -> Any:
         return provider
     cache = config.tensorrt.engine_cache_dir / "ort-trt"
     return (provider, {
-        "trt_fp16_enable": config.precision in ("fp16", "int8"),
+        "trt_fp16_enable": config.precision != "fp32",
         "trt_engine_cache_enable": True,
         "trt_engine_cache_path": str(cache),
     })

@@ -1,8 +1,8 @@
 """The real ``tensorrt`` module behind the :mod:`app.engines.tensorrt.runtime` seam (TensorRT ≥ 10, tensor-name API).
 
 ``tensorrt`` is an optional dependency: it is imported only by :func:`import_tensorrt`, when a TensorRT
-engine is asked for, and a missing or too old module is an :class:`EngineLoadError` that makes
-``create_engine`` fall back.
+engine is asked for, and a missing or unsupported module is an :class:`EngineLoadError` that makes
+``create_engine`` fall back, with one line saying what to install.
 
 Thread ownership: a context and its stream belong to the engine thread.
 """
@@ -17,27 +17,37 @@ from typing import Any
 
 import numpy as np
 
-from app.engines.cuda.device import Stream
+from app.engines.cuda.device import Stream, native_handle
 from app.engines.tensorrt.build import build_serialized
 from app.engines.tensorrt.runtime import BuildOptions, TensorInfo
 from app.errors import EngineError, EngineLoadError
 
 logger = logging.getLogger(__name__)
 
-MIN_TRT_MAJOR = 10
+SUPPORTED_TRT = ((10, 13), (12, 0))
+"""TensorRT from 10.13 up to, not including, 12: the API the adapters use, checked against the real
+10.13/10.16 and 11.x bindings by tests/conformance."""
+TRT_PIN = "tensorrt>=10.13,<12"
+INSTALL_HINT = f"pip install 'detstream[tensorrt]' (or '{TRT_PIN}' with 'cuda-bindings>=12.9.1')"
 
 
 def import_tensorrt() -> ModuleType:
-    """The ``tensorrt`` module, version-checked; :class:`EngineLoadError` otherwise."""
+    """The ``tensorrt`` module, version-checked; :class:`EngineLoadError` (saying what to install) otherwise."""
     try:
         trt = importlib.import_module("tensorrt")
     except ImportError as error:
-        raise EngineLoadError(f"tensorrt is not installed: {error}") from None
+        raise EngineLoadError(f"tensorrt is not installed ({error}): {INSTALL_HINT}") from None
     version = str(getattr(trt, "__version__", "0"))
-    major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else 0
-    if major < MIN_TRT_MAJOR:
-        raise EngineLoadError(f"tensorrt {version} is too old (need ≥ {MIN_TRT_MAJOR}: tensor-name API)")
+    check_trt_version(version)
     return trt
+
+
+def check_trt_version(version: str) -> None:
+    """Raise :class:`EngineLoadError` with a one-line install hint unless ``version`` is supported."""
+    parts = [int(p) if p.isdigit() else 0 for p in [*version.split("."), "0", "0"][:2]]
+    low, high = SUPPORTED_TRT
+    if not low <= (parts[0], parts[1]) < high:
+        raise EngineLoadError(f"tensorrt {version} is not supported (detstream needs {TRT_PIN}): {INSTALL_HINT}")
 
 
 def make_trt_logger(trt: ModuleType) -> Any:
@@ -111,16 +121,22 @@ class RealTrtModel:
             raise EngineError("tensorrt: create_execution_context returned None (out of device memory?)")
         return RealTrtContext(context)
 
+    def release(self) -> None:
+        """Drop the ``ICudaEngine`` (the bindings destroy it with the last reference)."""
+        self._engine = None
+
 
 class RealTrtContext:
-    """:class:`TrtContext` over an ``IExecutionContext``; stream handles are passed as ints."""
+    """:class:`TrtContext` over an ``IExecutionContext``; streams are passed as their native handles."""
 
     def __init__(self, context: Any) -> None:
         self._context = context
 
     def set_optimization_profile(self, index: int, stream: Stream) -> None:
-        if not self._context.set_optimization_profile_async(index, int(stream)):
-            raise EngineError(f"tensorrt: set_optimization_profile_async({index}) failed")
+        try:
+            self._context.set_optimization_profile_async(index, native_handle(stream))
+        except RuntimeError as error:  # the bindings raise on failure (and return True otherwise)
+            raise EngineError(f"tensorrt: set_optimization_profile_async({index}) failed: {error}") from None
 
     def set_input_shape(self, name: str, shape: tuple[int, ...]) -> None:
         if not self._context.set_input_shape(name, shape):
@@ -131,5 +147,9 @@ class RealTrtContext:
             raise EngineError(f"tensorrt: set_tensor_address({name}) failed")
 
     def execute(self, stream: Stream) -> None:
-        if not self._context.execute_async_v3(int(stream)):
+        if not self._context.execute_async_v3(native_handle(stream)):
             raise EngineError("tensorrt: execute_async_v3 failed")
+
+    def release(self) -> None:
+        """Drop the ``IExecutionContext`` (destroyed with the last reference, before its engine)."""
+        self._context = None

@@ -4,10 +4,15 @@ Set-up (engine thread): per context (``engine.tensorrt.contexts``) an execution 
 event, device input/output buffers for the largest batch and a small pinned staging buffer;
 ``contexts + 1`` pinned output sets shared by all contexts. Batches are scheduled by
 :class:`~app.engines.tensorrt.scheduler.BatchScheduler` (round-robin, buckets, CUDA graphs).
-``backend`` is ``tensorrt:<precision>``.
+``backend`` is ``tensorrt:<precision>``, the precision the engine really runs.
+
+Tensors are matched by name: the engine's one input must be the model's image input (another input
+is refused, not left without an address), and outputs come back in the ONNX model's output order
+whatever order the engine lists them in. An engine with dynamic shapes gives each context its own
+set of optimization profiles (TensorRT forbids two contexts in use on one profile).
 
 :func:`open_tensorrt_engine` is the whole "try TensorRT" path used by
-``create_engine``: cache lookup or build, deserialize, contexts, warm-up.
+``create_engine``: model file for the precision, cache lookup or build, deserialize, contexts, warm-up.
 """
 
 from __future__ import annotations
@@ -26,15 +31,16 @@ from app.engines.cuda.device import Device
 from app.engines.cuda.host_memory import HostBuffer, PinnedAllocator, alloc_host
 from app.engines.shapes import OutputShapes
 from app.engines.tensorrt.cache import EngineCacheKey, cache_path, load_or_build
-from app.engines.tensorrt.calibration import calibration_source
+from app.engines.tensorrt.precision import model_for_precision, trt_precision
 from app.engines.tensorrt.profiles import bucket_sizes, plan_profiles
-from app.engines.tensorrt.runtime import BuildOptions, TensorInfo, TrtModel, TrtRuntime
+from app.engines.tensorrt.runtime import BuildOptions, TensorInfo, TrtContext, TrtModel, TrtRuntime
 from app.engines.tensorrt.scheduler import (
     DEFAULT_SUBMIT_TIMEOUT_S,
     BatchScheduler,
     ContextSlot,
     OutputPool,
     OutputSet,
+    device_bytes,
 )
 from app.errors import EngineError, EngineLoadError
 from app.models.store.files import sha256_file
@@ -54,11 +60,13 @@ class TensorRTEngine(Engine):
         model: TrtModel,
         *,
         submit_timeout_s: float = DEFAULT_SUBMIT_TIMEOUT_S,
+        precision: str | None = None,
     ) -> None:
         self.spec = spec
-        self.backend = f"tensorrt:{config.precision}"
+        self.backend = f"tensorrt:{precision or trt_precision(config.precision)}"
         self._device = device
-        self._model = model
+        self._model: TrtModel | None = model
+        self._contexts: list[TrtContext] = []
         self._frees: list[tuple[str, object]] = []
         self._host: list[HostBuffer] = []
         self._closed = False
@@ -72,11 +80,12 @@ class TensorRTEngine(Engine):
 
     def _setup(self, config: EngineConfig, submit_timeout_s: float) -> BatchScheduler:
         spec, device, model = self.spec, self._device, self._model
-        inp = _input_tensor(model, spec)
+        assert model is not None
+        inp, dynamic = _input_tensor(model, spec)
         outputs = _resolved_outputs(model, spec)
         frame_shape = (3, spec.input_height, spec.input_width)
         static = inp.shape[0] if inp.shape[0] > 0 else None
-        per_context = _profiles_per_context(model, spec.input_name, config.tensorrt.contexts, static)
+        per_context = _profiles_per_context(model, spec.input_name, config.tensorrt.contexts, static, dynamic)
         if static is None:
             low, high = per_context[0][0][0], per_context[0][-1][2]
             buckets = bucket_sizes(low, min(high, max(config.max_batch, low)))
@@ -92,15 +101,16 @@ class TensorRTEngine(Engine):
             self._frees.append(("stream", stream))
             done = device.event_create()
             self._frees.append(("event", done))
-            d_input = device.malloc(rows * frame_bytes)
+            d_input = device.malloc(device_bytes(rows, frame_bytes, static))
             self._frees.append(("malloc", d_input))
             d_outputs = []
             for nbytes in row_bytes:
-                d_outputs.append(device.malloc(rows * nbytes))
+                d_outputs.append(device.malloc(device_bytes(rows, nbytes, static)))
                 self._frees.append(("malloc", d_outputs[-1]))
             staging = self._pinned((rows, *frame_shape), inp.dtype)
             context = model.create_context()
-            base = 0 if static is not None else index * len(profiles)
+            self._contexts.append(context)
+            base = index * len(profiles) if dynamic else 0
             slots.append(ContextSlot(index, context, stream, done, d_input, d_outputs, list(profiles), base, staging))
         sets = []
         for _ in range(len(slots) + 1):
@@ -136,7 +146,12 @@ class TensorRTEngine(Engine):
                 self.submit(list(zeros[:bucket])).wait()
 
     def close(self) -> None:
-        """Release graphs, buffers, events and streams (after the streams drained). Idempotent."""
+        """Release graphs, contexts, the engine, buffers, events and streams (after the streams drained). Idempotent.
+
+        Pinned output sets go back to the device only when the consumer dropped its views of them
+        (:class:`~app.engines.cuda.host_memory.HostBuffer`), so a results thread still reading the last
+        batch never reads freed memory.
+        """
         if self._closed:
             return
         self._closed = True
@@ -146,6 +161,12 @@ class TensorRTEngine(Engine):
             for graph in slot.graphs.values():
                 self._quietly("graph", lambda g=graph: self._device.graph_exec_destroy(g))
             slot.graphs.clear()
+        for context in self._contexts:
+            self._quietly("context", context.release)
+        self._contexts.clear()
+        if self._model is not None:
+            self._quietly("engine", self._model.release)
+            self._model = None
         release = {"stream": self._device.stream_destroy, "event": self._device.event_destroy,
                    "malloc": self._device.free}
         for kind, handle in reversed(self._frees):
@@ -169,27 +190,26 @@ class TensorRTEngine(Engine):
 def open_tensorrt_engine(
     spec: ModelSpec, config: EngineConfig, device: Device, runtime: TrtRuntime, cache_dir: Path
 ) -> TensorRTEngine:
-    """Cached or freshly built engine → contexts → warm-up. Raises on any failure (caller falls back)."""
+    """Model file → cached or freshly built engine → contexts → warm-up. Raises on any failure (caller falls back)."""
+    precision = trt_precision(config.precision)
+    onnx_path = model_for_precision(Path(spec.path), precision, cache_dir, spec.sha256)
     profiles = plan_profiles(1, config.max_batch, config.max_batch)
     key = EngineCacheKey(
-        onnx_sha256=spec.sha256 or sha256_file(Path(spec.path)),
+        onnx_sha256=sha256_file(onnx_path) if onnx_path != Path(spec.path) or not spec.sha256 else spec.sha256,
         trt_version=runtime.version,
         gpu_name=device.device_name(),
         compute_capability=device.compute_capability(),
-        precision=config.precision,
+        precision=precision,
         profiles=profiles,
         contexts=config.tensorrt.contexts,
     )
     options = BuildOptions(
-        input_name=spec.input_name, input_hw=(spec.input_height, spec.input_width), precision=config.precision,
+        input_name=spec.input_name, input_hw=(spec.input_height, spec.input_width), precision=precision,
         profiles=profiles, contexts=config.tensorrt.contexts, timing_cache=cache_dir / "timing.cache",
     )
-    if config.precision == "int8":
-        calib = config.tensorrt.calib
-        options = calibration_source(options, spec, Path(calib) if calib else None, cache_dir)
-    path = cache_path(cache_dir, Path(spec.path).stem, key)
-    blob = load_or_build(path, key, lambda: runtime.build(Path(spec.path), options))
-    engine = TensorRTEngine(spec, config, device, runtime.deserialize(blob))
+    path = cache_path(cache_dir, onnx_path.stem, key)
+    blob = load_or_build(path, key, lambda: runtime.build(onnx_path, options))
+    engine = TensorRTEngine(spec, config, device, runtime.deserialize(blob), precision=precision)
     try:
         engine.warmup()
     except Exception:
@@ -198,22 +218,29 @@ def open_tensorrt_engine(
     return engine
 
 
-def _input_tensor(model: TrtModel, spec: ModelSpec) -> TensorInfo:
-    """The engine's image input, with its frame dims as the engine runs them.
+def _input_tensor(model: TrtModel, spec: ModelSpec) -> tuple[TensorInfo, bool]:
+    """The engine's image input, with its frame dims as the engine runs them, and whether its shape is dynamic.
 
     A model with dynamic height and width (``spec.dynamic_hw``) declares them -1; the build profiles
-    pin them to the nominal ``input_height × input_width`` (TensorRT runs square inputs only).
+    pin them to the nominal ``input_height × input_width`` (TensorRT runs square inputs only). Any other
+    engine input is refused: detstream feeds one image tensor, and TensorRT refuses to run a context
+    with an input that has no address.
     """
     inputs = [t for t in model.tensors if t.is_input]
+    extra = [t.name for t in inputs if t.name != spec.input_name]
+    if extra and any(t.name == spec.input_name for t in inputs):
+        raise EngineLoadError(f"engine has inputs {extra} besides the image input {spec.input_name!r}; "
+                              "detstream feeds one image input only")
     for tensor in inputs:
         if tensor.name == spec.input_name:
+            dynamic = any(d < 0 for d in tensor.shape)
             expected = (3, spec.input_height, spec.input_width)
             declared = tuple(tensor.shape[1:])
             open_hw = spec.dynamic_hw and len(declared) == 3 and declared[0] == 3 and all(
                 d in (-1, e) for d, e in zip(declared[1:], expected[1:], strict=True))
             if declared != expected and not open_hw:
                 raise EngineLoadError(f"engine input {tensor.name} is {tensor.shape}, model spec says (N, *{expected})")
-            return replace(tensor, shape=(tensor.shape[0], *expected))
+            return replace(tensor, shape=(tensor.shape[0], *expected)), dynamic
     raise EngineLoadError(f"engine has no input {spec.input_name!r} (inputs: {[t.name for t in inputs]})")
 
 
@@ -223,7 +250,7 @@ def _resolved_outputs(model: TrtModel, spec: ModelSpec) -> list[TensorInfo]:
     An engine built from a dynamic-H/W model declares e.g. ``(-1, -1, 85)``: the box count follows the
     input size, which the profiles fix at the nominal one. ONNX shape inference at that size gives it.
     """
-    outputs = [t for t in model.tensors if not t.is_input]
+    outputs = _outputs_by_name(model, spec)
     if all(d >= 0 for t in outputs for d in t.shape[1:]):
         return outputs
     trailing = OutputShapes(Path(spec.path), spec, [t.name for t in outputs])()
@@ -235,6 +262,28 @@ def _resolved_outputs(model: TrtModel, spec: ModelSpec) -> list[TensorInfo]:
     return resolved
 
 
+def _outputs_by_name(model: TrtModel, spec: ModelSpec) -> list[TensorInfo]:
+    """The engine's outputs in the ONNX model's output order, matched by name (engines may list them otherwise)."""
+    outputs = {t.name: t for t in model.tensors if not t.is_input}
+    names = model_output_names(Path(spec.path))
+    if names is None:
+        return list(outputs.values())
+    if set(names) != set(outputs):
+        raise EngineLoadError(f"engine outputs {sorted(outputs)} are not the model's outputs {names}")
+    return [outputs[name] for name in names]
+
+
+def model_output_names(path: Path) -> list[str] | None:
+    """The graph output names of the ONNX file at ``path`` in order, or None when it cannot be read."""
+    import onnx
+
+    try:
+        return [o.name for o in onnx.load(str(path), load_external_data=False).graph.output]
+    except Exception as error:  # an unreadable file is reported by the model loader, not here
+        logger.debug("cannot read output names of %s: %s", path, error)
+        return None
+
+
 def _row_bytes(tensor: TensorInfo) -> int:
     if any(d < 0 for d in tensor.shape[1:]):
         raise EngineLoadError(f"output {tensor.name} has a data-dependent shape {tensor.shape}: not supported")
@@ -242,10 +291,14 @@ def _row_bytes(tensor: TensorInfo) -> int:
 
 
 def _profiles_per_context(
-    model: TrtModel, input_name: str, contexts: int, static: int | None
+    model: TrtModel, input_name: str, contexts: int, static: int | None, dynamic: bool
 ) -> list[tuple[tuple[int, int, int], ...]]:
-    """Split the engine's profiles into ``contexts`` equal sets (see :class:`BuildOptions`)."""
-    if static is not None:
+    """Split the engine's profiles into ``contexts`` equal sets (see :class:`BuildOptions`).
+
+    A fully static engine has one implicit profile, which all contexts may share; a dynamic one (even
+    with a fixed batch, when height and width are open) needs a profile per context.
+    """
+    if not dynamic:
         return [((static, static, static),)] * contexts
     if model.num_profiles < contexts or model.num_profiles % contexts:
         raise EngineLoadError(f"engine has {model.num_profiles} optimization profiles, not a set per each of "

@@ -13,7 +13,7 @@ from pathlib import Path
 from app.engines.cuda.device import CudaDevice
 from app.engines.tensorrt.adapter import RealTrtRuntime, import_tensorrt
 from app.engines.tensorrt.cache import EngineCacheKey, cache_path, write_cached
-from app.engines.tensorrt.calibration import calibration_source
+from app.engines.tensorrt.precision import model_for_precision
 from app.engines.tensorrt.profiles import plan_profiles
 from app.engines.tensorrt.runtime import BuildOptions
 from app.errors import EngineLoadError, ModelError
@@ -43,15 +43,17 @@ def build_engine_main(
         raise EngineLoadError(f"build-engine needs an NVIDIA GPU with TensorRT ≥ 10: {error}") from None
     spec = _spec_from_onnx(onnx_path)
     precision = "int8" if int8 else "fp16" if fp16 else "fp32"
+    if calib is not None:
+        logger.warning("build-engine: --calib is not used: int8 engines build from the model that "
+                       "'detstream quantize %s --calib %s' makes", onnx_path, calib)
+    source = model_for_precision(onnx_path, precision, cache_dir)
     profiles = plan_profiles(*batch)
-    key = EngineCacheKey(sha256_file(onnx_path), runtime.version, device.device_name(), device.compute_capability(),
+    key = EngineCacheKey(sha256_file(source), runtime.version, device.device_name(), device.compute_capability(),
                          precision, profiles, contexts)
     options = BuildOptions(spec.input_name, (spec.input_height, spec.input_width), precision, profiles, contexts,
                            timing_cache=cache_dir / "timing.cache", progress=progress)
-    if int8:
-        options = calibration_source(options, spec, calib, cache_dir)
-    path = cache_path(cache_dir, onnx_path.stem, key)
-    write_cached(path, key, runtime.build(onnx_path, options))
+    path = cache_path(cache_dir, source.stem, key)
+    write_cached(path, key, runtime.build(source, options))
     logger.info("engine written to %s", path)
     return path
 

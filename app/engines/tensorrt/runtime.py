@@ -12,7 +12,6 @@ Thread ownership: a context and its stream belong to the engine thread.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -36,6 +35,9 @@ class TensorInfo:
 class BuildOptions:
     """What to build: ``profiles`` is one set of batch ranges ``(min, opt, max)``, repeated ``contexts`` times.
 
+    ``precision`` names the model's precision (for logs): the network is strongly typed, so the ONNX
+    file handed to :meth:`TrtRuntime.build` decides it.
+
     The set is repeated because two execution contexts running at once must
     not share an optimization profile of a dynamic-shape engine; context *c*
     uses profiles ``c * len(profiles) ...``.
@@ -46,8 +48,6 @@ class BuildOptions:
     precision: str
     profiles: tuple[tuple[int, int, int], ...]
     contexts: int = 1
-    calib_frames: Callable[[], Iterator[np.ndarray]] | None = None
-    calib_cache: Path | None = None
     timing_cache: Path | None = None
     progress: bool = False
     workspace_bytes: int = 1 << 30
@@ -66,6 +66,10 @@ class TrtContext(Protocol):
         """Enqueue inference on ``stream`` (``execute_async_v3``); raises :class:`EngineError` if refused."""
         ...
 
+    def release(self) -> None:
+        """Destroy the context (its device memory and profile go back to the engine). Idempotent."""
+        ...
+
 
 class TrtModel(Protocol):
     """A deserialized engine (``ICudaEngine``)."""
@@ -76,6 +80,10 @@ class TrtModel(Protocol):
     def profile_batch_range(self, input_name: str, index: int) -> tuple[int, int, int]: ...
 
     def create_context(self) -> TrtContext: ...
+
+    def release(self) -> None:
+        """Destroy the engine (after its contexts). Idempotent."""
+        ...
 
 
 class TrtRuntime(Protocol):

@@ -15,7 +15,10 @@ while every context is busy.
 
 Buckets: a dynamic-batch engine runs at the smallest bucket ≥ n (rows n..bucket
 hold stale data whose results are dropped; samples are independent). A
-static-batch engine runs ``ceil(n / b)`` steps of its batch b at row offsets.
+static-batch engine runs ``ceil(n / b)`` steps of its batch b, each step's
+input and outputs at their own :data:`TENSOR_ALIGNMENT`-aligned block of the
+device buffers (TensorRT refuses unaligned tensor addresses, and a YOLO output
+row is not a multiple of 256 bytes), so frame i lives in step ``i // b``.
 A CUDA graph is captured per (context, bucket, step) the second time that
 combination runs (the first run is TensorRT's own warm-up, which graphs
 require); a capture failure is logged once and that bucket keeps plain enqueue.
@@ -41,6 +44,25 @@ from app.errors import EngineError
 logger = logging.getLogger(__name__)
 
 DEFAULT_SUBMIT_TIMEOUT_S = 30.0
+TENSOR_ALIGNMENT = 256
+"""``IExecutionContext::setTensorAddress`` requires addresses aligned to 256 bytes."""
+
+
+def aligned(nbytes: int) -> int:
+    """``nbytes`` rounded up to :data:`TENSOR_ALIGNMENT`."""
+    return -(-nbytes // TENSOR_ALIGNMENT) * TENSOR_ALIGNMENT
+
+
+def step_stride(row_bytes: int, static_batch: int | None) -> int:
+    """Bytes between the blocks of consecutive static-batch steps (0 for a dynamic-batch engine: one step)."""
+    return aligned(static_batch * row_bytes) if static_batch else 0
+
+
+def device_bytes(rows: int, row_bytes: int, static_batch: int | None) -> int:
+    """Device bytes for ``rows`` rows of ``row_bytes``: whole aligned step blocks for a static-batch engine."""
+    if static_batch is None:
+        return rows * row_bytes
+    return math.ceil(rows / static_batch) * step_stride(row_bytes, static_batch)
 
 
 def plan_steps(n: int, bucket: int, static_batch: int | None) -> list[tuple[int, int]]:
@@ -154,6 +176,8 @@ class BatchScheduler:
         self._frame_shape = frame_shape
         self._frame_dtype = frame_dtype
         self._frame_bytes = int(np.prod(frame_shape)) * frame_dtype.itemsize
+        self._in_stride = step_stride(self._frame_bytes, static_batch)
+        self._out_strides = [step_stride(b, static_batch) for b in output_row_bytes]
         self.buckets = buckets
         self.static_batch = static_batch
         self.max_frames = buckets[-1] if static_batch is None else slots[0].staging.array.shape[0]
@@ -194,8 +218,14 @@ class BatchScheduler:
                 staged = slot.staging.array[i]
                 np.copyto(staged, frame, casting="same_kind")
                 frame = staged
-            dst = slot.d_input + i * self._frame_bytes
+            dst = self._frame_address(slot, i)
             self._device.memcpy_htod_async(dst, frame.ctypes.data, self._frame_bytes, slot.stream)
+
+    def _frame_address(self, slot: ContextSlot, i: int) -> int:
+        if self.static_batch is None:
+            return slot.d_input + i * self._frame_bytes
+        step, row = divmod(i, self.static_batch)
+        return slot.d_input + step * self._in_stride + row * self._frame_bytes
 
     def _prepare(self, slot: ContextSlot, bucket: int, step: int, offset: int, rows: int) -> None:
         """Profile, input shape and tensor addresses for this step; each set only when it changes."""
@@ -206,11 +236,11 @@ class BatchScheduler:
         if slot.shape != rows:
             slot.context.set_input_shape(self._input_name, (rows, *self._frame_shape))
             slot.shape = rows
-        if slot.addressed_step != offset:
-            slot.context.set_tensor_address(self._input_name, slot.d_input + offset * self._frame_bytes)
-            for name, (ptr, row_bytes) in zip(self._output_names, self._row_bytes(slot), strict=True):
-                slot.context.set_tensor_address(name, ptr + offset * row_bytes)
-            slot.addressed_step = offset
+        if slot.addressed_step != step:
+            slot.context.set_tensor_address(self._input_name, slot.d_input + step * self._in_stride)
+            for name, ptr, stride in zip(self._output_names, slot.d_outputs, self._out_strides, strict=True):
+                slot.context.set_tensor_address(name, ptr + step * stride)
+            slot.addressed_step = step
 
     def _execute(self, slot: ContextSlot, bucket: int, step: int) -> None:
         key = (bucket, step)
@@ -243,6 +273,10 @@ class BatchScheduler:
         except EngineError as error:
             if capturing:
                 self._abandon_capture(slot)
+            # A failed capture leaves CUDA's last error set; TensorRT's next enqueue would report it as its own.
+            leftover = self._device.clear_last_error()
+            if leftover:
+                logger.debug("cleared CUDA error %s left by the failed capture", leftover)
             if bucket not in self._graph_failures:
                 self._graph_failures.add(bucket)
                 logger.warning("CUDA graph capture failed for batch %d (%s); using plain enqueue", bucket, error)
@@ -255,12 +289,15 @@ class BatchScheduler:
             logger.debug("ending a failed capture on context %d: %s", slot.index, error)
 
     def _copy_out(self, slot: ContextSlot, out: OutputSet, n: int) -> None:
-        for buffer, (ptr, row_bytes) in zip(out.buffers, self._row_bytes(slot), strict=True):
-            self._device.memcpy_dtoh_async(buffer.ptr, ptr, n * row_bytes, slot.stream)
-
-    def _row_bytes(self, slot: ContextSlot) -> list[tuple[int, int]]:
-        """``(device pointer, bytes per batch row)`` of each output of ``slot``."""
-        return list(zip(slot.d_outputs, self._output_row_bytes, strict=True))
+        outputs = zip(out.buffers, slot.d_outputs, self._output_row_bytes, self._out_strides, strict=True)
+        for buffer, ptr, row_bytes, stride in outputs:
+            if self.static_batch is None:
+                self._device.memcpy_dtoh_async(buffer.ptr, ptr, n * row_bytes, slot.stream)
+                continue
+            for step, (offset, _) in enumerate(plan_steps(n, self.static_batch, self.static_batch)):
+                rows = min(self.static_batch, n - offset)
+                self._device.memcpy_dtoh_async(buffer.ptr + offset * row_bytes, ptr + step * stride,
+                                               rows * row_bytes, slot.stream)
 
 
 def _profile_index(profiles: list[tuple[int, int, int]], rows: int) -> int:

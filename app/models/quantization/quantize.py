@@ -215,3 +215,15 @@ def quantize_model(model_path: Path | str, calib_source: Path | str, out_path: P
             _copy_metadata(source_model, partial, "int8", spec.sha256, extra)
     logger.info("quantize: wrote %s", out)
     return out
+
+
+def quantize_command(model_path: Path, precision: str, calib_source: Path | None, out_path: Path | None,
+                     frames: int = 100) -> Path:
+    """``detstream quantize``: INT8 needs calibration footage (``--calib``); fp16 needs none."""
+    if precision == "fp16":
+        from app.models.quantization.fp16 import convert_fp16
+
+        return convert_fp16(model_path, out_path)
+    if calib_source is None:
+        raise ModelError("quantize: --precision int8 needs --calib VIDEO_OR_DIR (footage to calibrate on)")
+    return quantize_model(model_path, calib_source, out_path, frames=frames)

@@ -1,10 +1,15 @@
-"""A stand-in for the ``tensorrt`` module with the TensorRT ≥ 10 names the adapters call.
+"""A stand-in for the ``tensorrt`` module with the TensorRT 10/11 names the adapters call.
 
-Only what :mod:`app.engines.tensorrt.runtime` and :mod:`app.engines.tensorrt.build` use
-is here, with the shapes those names have in the real bindings (checked
-against the 10.13 and 11.4 wheels). It records what was called, so tests can
-check the adapters' logic (profiles per context, flags, timing cache, error
-mapping) without TensorRT. It says nothing about TensorRT's own behaviour.
+Only what :mod:`app.engines.tensorrt.adapter` and :mod:`app.engines.tensorrt.build` use
+is here, with the names, keywords and behaviour those have in the real bindings
+(tests/conformance checks every name here against the real 10.x and 11.x wheels):
+``make_module(version="11.x")`` has no ``BuilderFlag.FP16``/``INT8`` and no
+implicit calibrator, as TensorRT 11 has none; ``set_optimization_profile_async``
+raises ``RuntimeError`` on failure and returns True otherwise;
+``add_optimization_profile`` returns -1 for a profile that does not fit the
+network input (a batch range on a fixed batch dim); a corrupt timing cache
+raises and a foreign one is refused by ``set_timing_cache``. It records what
+was called, so tests can check the adapters' logic without TensorRT.
 """
 
 from __future__ import annotations
@@ -43,16 +48,20 @@ class IProgressMonitor:
         pass
 
 
-class IInt8EntropyCalibrator2:
-    def __init__(self) -> None:
-        pass
+class NetworkDefinitionCreationFlag(enum.IntEnum):
+    STRONGLY_TYPED = 5
 
 
-def make_module(*, version: str = "10.13.3", input_shape: tuple[int, ...] = (-1, 3, 8, 8),
-                parse_ok: bool = True, build_ok: bool = True, with_int8: bool = True,
-                timing_cache_matches: bool = True) -> SimpleNamespace:
-    """A fresh fake module; ``module.calls`` lists what the code under test did."""
+def make_module(*, version: str = "11.4.0", input_shape: tuple[int, ...] = (-1, 3, 8, 8),
+                parse_ok: bool = True, build_ok: bool = True,
+                timing_cache: str = "matches") -> SimpleNamespace:
+    """A fresh fake module; ``module.calls`` lists what the code under test did.
+
+    ``timing_cache`` says what a non-empty timing cache is: ``matches``, ``foreign`` (another GPU or
+    TensorRT: ``set_timing_cache`` refuses it) or ``corrupt`` (``create_timing_cache`` raises).
+    """
     calls: list[tuple] = []
+    major = int(version.split(".")[0])
 
     class Network:
         def get_input(self, index: int) -> SimpleNamespace:
@@ -62,8 +71,8 @@ def make_module(*, version: str = "10.13.3", input_shape: tuple[int, ...] = (-1,
         def __init__(self) -> None:
             self.shapes: dict[str, tuple] = {}
 
-        def set_shape(self, name: str, low: tuple, opt: tuple, high: tuple) -> None:
-            self.shapes[name] = (low, opt, high)
+        def set_shape(self, input: str, min: tuple, opt: tuple, max: tuple) -> None:  # the real names
+            self.shapes[input] = (min, opt, max)
 
     class TimingCache:
         def __init__(self, data: bytes) -> None:
@@ -78,7 +87,6 @@ def make_module(*, version: str = "10.13.3", input_shape: tuple[int, ...] = (-1,
             self.flags: list[str] = []
             self.timing: TimingCache | None = None
             self.progress_monitor = None
-            self.int8_calibrator = None
 
         def set_memory_pool_limit(self, pool: str, size: int) -> None:
             calls.append(("pool", pool, size))
@@ -87,23 +95,26 @@ def make_module(*, version: str = "10.13.3", input_shape: tuple[int, ...] = (-1,
             self.flags.append(flag)
 
         def add_optimization_profile(self, profile: Profile) -> int:
+            for low, opt, high in profile.shapes.values():
+                for dim, (a, b, c) in zip(input_shape, zip(low, opt, high, strict=True), strict=True):
+                    if (dim > 0 and not a == b == c == dim) or not a <= b <= c:
+                        return -1  # TensorRT logs an error and returns -1 for an invalid profile
             self.profiles.append(profile)
             return len(self.profiles) - 1
 
-        def create_timing_cache(self, data: bytes) -> TimingCache:
-            return TimingCache(data)
+        def create_timing_cache(self, serialized_timing_cache: bytes) -> TimingCache:
+            if serialized_timing_cache and timing_cache == "corrupt":
+                raise RuntimeError("ITimingCache: invalid serialized timing cache")
+            return TimingCache(bytes(serialized_timing_cache))
 
         def set_timing_cache(self, cache: TimingCache, ignore_mismatch: bool) -> bool:
-            if cache.data and not timing_cache_matches:
+            if cache.data and timing_cache == "foreign":
                 return False
             self.timing = cache
             return True
 
         def get_timing_cache(self) -> TimingCache:
             return self.timing
-
-        def set_calibration_profile(self, profile: Profile) -> None:
-            calls.append(("calibration_profile", profile.shapes))
 
     class HostMemory(bytes):
         @property
@@ -114,7 +125,7 @@ def make_module(*, version: str = "10.13.3", input_shape: tuple[int, ...] = (-1,
         def __init__(self, logger: ILogger) -> None:
             self.logger = logger
 
-        def create_network(self, flags: int) -> Network:
+        def create_network(self, flags: int = 0) -> Network:
             calls.append(("create_network", flags))
             return Network()
 
@@ -143,20 +154,22 @@ def make_module(*, version: str = "10.13.3", input_shape: tuple[int, ...] = (-1,
         def __init__(self) -> None:
             self.ok = True
 
-        def set_optimization_profile_async(self, index: int, stream: int) -> bool:
-            calls.append(("profile", index, stream))
-            return self.ok
+        def set_optimization_profile_async(self, profile_index: int, stream_handle: int) -> bool:
+            calls.append(("profile", profile_index, stream_handle))
+            if not self.ok:  # the real bindings raise instead of returning False
+                raise RuntimeError(f"setOptimizationProfileAsync({profile_index}) failed")
+            return True
 
         def set_input_shape(self, name: str, shape: tuple) -> bool:
             calls.append(("shape", name, tuple(shape)))
             return self.ok
 
-        def set_tensor_address(self, name: str, ptr: int) -> bool:
-            calls.append(("address", name, ptr))
+        def set_tensor_address(self, name: str, memory: int) -> bool:
+            calls.append(("address", name, memory))
             return self.ok
 
-        def execute_async_v3(self, stream: int) -> bool:
-            calls.append(("execute", stream))
+        def execute_async_v3(self, stream_handle: int) -> bool:
+            calls.append(("execute", stream_handle))
             return self.ok
 
     class CudaEngine:
@@ -177,26 +190,25 @@ def make_module(*, version: str = "10.13.3", input_shape: tuple[int, ...] = (-1,
         def get_tensor_dtype(self, name: str) -> str:
             return "float32"
 
-        def get_tensor_profile_shape(self, name: str, index: int) -> list[tuple]:
+        def get_tensor_profile_shape(self, name: str, profile_index: int) -> list[tuple]:
             return [(1, 3, 8, 8), (4, 3, 8, 8), (4, 3, 8, 8)]
 
-        def create_execution_context(self) -> Context | None:
+        def create_execution_context(self, strategy: object = None) -> Context | None:
             return Context()
 
     class Runtime:
         def __init__(self, logger: ILogger) -> None:
             self.logger = logger
 
-        def deserialize_cuda_engine(self, blob: bytes) -> CudaEngine | None:
-            return CudaEngine() if blob == b"plan" else None
+        def deserialize_cuda_engine(self, serialized_engine: bytes) -> CudaEngine | None:
+            return CudaEngine() if serialized_engine == b"plan" else None
 
-    module = SimpleNamespace(
+    flags = SimpleNamespace(TF32="tf32") if major >= 11 else SimpleNamespace(FP16="fp16", INT8="int8", TF32="tf32")
+    return SimpleNamespace(
         __version__=version, calls=calls, ILogger=ILogger, IProgressMonitor=IProgressMonitor,
         TensorIOMode=TensorIOMode, Runtime=Runtime, Builder=Builder, OnnxParser=OnnxParser,
         MemoryPoolType=SimpleNamespace(WORKSPACE="workspace"),
-        BuilderFlag=SimpleNamespace(FP16="fp16", INT8="int8"),
+        NetworkDefinitionCreationFlag=NetworkDefinitionCreationFlag,
+        BuilderFlag=flags,
         nptype=lambda dtype: np.dtype(dtype).type,
     )
-    if with_int8:
-        module.IInt8EntropyCalibrator2 = IInt8EntropyCalibrator2
-    return module

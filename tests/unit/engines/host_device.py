@@ -8,8 +8,14 @@ It behaves like CUDA where the scheduler can tell the difference:
   FIFO of queued operations, so copies and kernels of different streams really
   overlap and work on one stream really is ordered;
 * an event completes when its stream reaches it; a failed operation poisons
-  its stream (sticky, like a CUDA launch failure) and the next
-  :meth:`event_synchronize` raises :class:`EngineError`;
+  the whole device, every stream (sticky, like a CUDA kernel fault, which
+  corrupts the context): later work does not run, the next
+  :meth:`event_synchronize` on any stream raises :class:`EngineError`, and so
+  do later copies, allocations, launches and captures;
+* a failed capture leaves a non-sticky "last error" behind
+  (:meth:`HostDevice.peek_last_error`), which the fake TensorRT context
+  reports as its own failure until :meth:`HostDevice.clear_last_error`
+  (``cudaGetLastError``) reads and resets it;
 * capture records the operations queued on the stream into a graph, and a
   launch of the instantiated graph queues them again (same pointers, same
   functions), which is exactly what a CUDA graph replays.
@@ -95,13 +101,20 @@ class HostEvent:
                 raise EngineError(f"event: earlier work on the stream failed: {self._error}")
 
 
+class _Fault:
+    """The device-wide sticky error: set by the first failed operation on any stream."""
+
+    def __init__(self) -> None:
+        self.error: Exception | None = None
+
+
 class HostStream:
     """A FIFO of operations run by one named worker thread."""
 
-    def __init__(self, number: int) -> None:
+    def __init__(self, number: int, fault: _Fault | None = None) -> None:
         self.name = f"detstream.hostdevice.stream{number}"
         self.capture: HostGraph | None = None
-        self.error: Exception | None = None
+        self._fault = fault or _Fault()
         self._queue: queue.Queue[_Op | None] = queue.Queue(maxsize=_STREAM_QUEUE_SIZE)
         self._thread = StageThread(self._run, self.name)
         self._thread.start()
@@ -122,13 +135,18 @@ class HostStream:
             op = self._queue.get()
             if op is None:
                 return
-            if self.error is not None and op.kind != "event":
-                continue  # sticky, like a CUDA launch failure: later work on this stream does not run
+            if self._fault.error is not None and op.kind != "event":
+                continue  # sticky, like a CUDA kernel fault: later work on the device does not run
             try:
                 op.fn()
-            except Exception as error:  # becomes the stream's sticky error, raised at the next sync
-                if self.error is None:
-                    self.error = error
+            except Exception as error:  # becomes the device's sticky error, raised at the next sync
+                if self._fault.error is None:
+                    self._fault.error = error
+
+    @property
+    def error(self) -> Exception | None:
+        """The device's sticky error, if any (a fault on any stream poisons them all)."""
+        return self._fault.error
 
 
 class HostDevice(Device):
@@ -152,6 +170,8 @@ class HostDevice(Device):
         self._next_address = _BASE_ADDRESS
         self._stream_numbers = itertools.count()
         self._streams: list[HostStream] = []
+        self._fault = _Fault()
+        self._last_error: str | None = None
 
     # --- fault injection -------------------------------------------------
     def _maybe_fail(self, kind: str) -> None:
@@ -160,6 +180,26 @@ class HostDevice(Device):
         threshold = self._fail_on.get(kind)
         if threshold is not None and count >= threshold:
             raise EngineError(f"HostDevice: injected {kind} failure (call {count})")
+
+    def _check_sticky(self, what: str) -> None:
+        if self._fault.error is not None:
+            raise EngineError(f"HostDevice.{what}: the device is in a sticky error state ({self._fault.error})")
+
+    @property
+    def faulted(self) -> bool:
+        """True once an operation failed on any stream (the context is unusable, as in CUDA)."""
+        return self._fault.error is not None
+
+    def set_last_error(self, name: str) -> None:
+        """Leave a non-sticky error for the next :meth:`clear_last_error` (what a failed capture does)."""
+        self._last_error = name
+
+    def peek_last_error(self) -> str | None:
+        return self._last_error
+
+    def clear_last_error(self) -> str | None:
+        error, self._last_error = self._last_error, None
+        return error
 
     def calls(self, kind: str) -> int:
         """How often ``kind`` was called (tests assert on it)."""
@@ -178,6 +218,7 @@ class HostDevice(Device):
     # --- memory ------------------------------------------------------------
     def malloc(self, nbytes: int) -> int:
         self._maybe_fail("malloc")
+        self._check_sticky("malloc")
         with self._lock:
             ptr = self._next_address
             self._next_address += -(-max(nbytes, 1) // _ALIGN) * _ALIGN + _ALIGN  # a gap catches overruns
@@ -219,7 +260,7 @@ class HostDevice(Device):
     # --- streams and copies ------------------------------------------------
     def stream_create(self) -> HostStream:
         self._maybe_fail("stream_create")
-        stream = HostStream(next(self._stream_numbers))
+        stream = HostStream(next(self._stream_numbers), self._fault)
         with self._lock:
             self._streams.append(stream)
         return stream
@@ -237,15 +278,18 @@ class HostDevice(Device):
             self._maybe_fail(kind)
             fn()
 
+        self._check_sticky("enqueue")
         stream.put(_Op(kind, run))
 
     def memcpy_htod_async(self, dst: int, src_host_ptr: int, nbytes: int, stream: HostStream) -> None:
         self._maybe_fail("memcpy")
+        self._check_sticky("memcpy")
         target = self.view(dst, nbytes)
         stream.put(_Op("memcpy", lambda: ctypes.memmove(target.ctypes.data, src_host_ptr, nbytes)))
 
     def memcpy_dtoh_async(self, dst_host_ptr: int, src: int, nbytes: int, stream: HostStream) -> None:
         self._maybe_fail("memcpy")
+        self._check_sticky("memcpy")
         source = self.view(src, nbytes)
         stream.put(_Op("memcpy", lambda: ctypes.memmove(dst_host_ptr, source.ctypes.data, nbytes)))
 
@@ -268,7 +312,12 @@ class HostDevice(Device):
 
     # --- graphs ------------------------------------------------------------
     def stream_begin_capture(self, stream: HostStream) -> None:
-        self._maybe_fail("capture")
+        self._check_sticky("stream_begin_capture")
+        try:
+            self._maybe_fail("capture")
+        except EngineError:
+            self.set_last_error("cudaErrorStreamCaptureUnsupported")
+            raise
         if stream.capture is not None:
             raise EngineError(f"HostDevice: {stream.name} is already capturing")
         stream.capture = HostGraph()
@@ -285,6 +334,7 @@ class HostDevice(Device):
 
     def graph_launch(self, graph_exec: HostGraphExec, stream: HostStream) -> None:
         self._maybe_fail("launch")
+        self._check_sticky("graph_launch")
         for op in graph_exec.ops:
             stream.put(op)
 

@@ -15,8 +15,13 @@ from app.config import EngineConfig
 from app.engines import Engine, create_engine, detect_cuda
 from app.engines.cuda.host_memory import PinnedAllocator
 from app.engines.onnxruntime import OrtEngine
+from app.engines.probe import GpuInfo, MachineProbe, Package
 from app.engines.tensorrt import TensorRTEngine
 from app.errors import EngineError, EngineLoadError
+
+GPU_MACHINE = MachineProbe(gpu=GpuInfo("Fake GPU", "580.0", 1), tensorrt=Package("10.13.3"), tensorrt_flavour="full")
+"""A machine with an NVIDIA GPU and full TensorRT, without ONNX Runtime's GPU provider or OpenVINO: the fake
+TensorRT runs on it, and its fallback is ONNX Runtime's CPU provider."""
 
 
 def _create(tmp_path: Path, *, backend: str = "auto", fail_on: dict | None = None, fail_at: str | None = None,
@@ -37,7 +42,7 @@ def _create(tmp_path: Path, *, backend: str = "auto", fail_on: dict | None = Non
         return runtime
 
     config = EngineConfig(backend=backend, max_batch=4, tensorrt={"contexts": 2, "cache_dir": str(tmp_path / "cache")})
-    engine = create_engine(spec, config, device_factory=device_factory, trt_factory=trt_factory)
+    engine = create_engine(spec, config, device_factory=device_factory, trt_factory=trt_factory, probe=GPU_MACHINE)
     return engine, device, runtime
 
 
@@ -175,7 +180,7 @@ def test_when_onnxruntime_cannot_load_either_the_error_names_both_reasons(tmp_pa
         raise EngineLoadError("tensorrt is not installed")
 
     with pytest.raises(EngineLoadError, match="tensorrt: tensorrt is not installed; onnxruntime cannot load"):
-        create_engine(spec, EngineConfig(), trt_factory=no_trt)
+        create_engine(spec, EngineConfig(), trt_factory=no_trt, probe=GPU_MACHINE)
 
 
 def test_detect_cuda_says_why_cuda_is_not_usable_here() -> None:

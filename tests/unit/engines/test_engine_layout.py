@@ -4,6 +4,7 @@ optional third-party packages, and callers ask the engine instead of reading its
 from __future__ import annotations
 
 import ast
+import itertools
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,8 @@ import pytest
 from tests.conftest import ROOT
 
 ENGINES = ROOT / "app" / "engines"
-BACKENDS = ("app.engines.onnxruntime", "app.engines.tensorrt")
-OPTIONAL = {"tensorrt", "onnxruntime", "onnx", "cv2", "cuda"}
+BACKENDS = ("app.engines.onnxruntime", "app.engines.tensorrt", "app.engines.openvino")
+OPTIONAL = {"tensorrt", "onnxruntime", "onnx", "cv2", "cuda", "openvino"}
 """Third-party packages an engine module may import inside a function: optional, or heavy and used on one path."""
 
 
@@ -41,12 +42,13 @@ def imports(path: Path) -> list[tuple[str, bool]]:
 
 
 def test_the_scan_sees_both_backends_and_the_shared_rooms() -> None:
-    for name in (*BACKENDS, "app.engines.tensorrt.engine", "app.engines.onnxruntime.engine", "app.engines.base",
+    for name in (*BACKENDS, "app.engines.openvino.engine",
+                 "app.engines.tensorrt.engine", "app.engines.onnxruntime.engine", "app.engines.base",
                  "app.engines.shapes", "app.engines.cuda.device", "app.engines.cuda.host_memory"):
         assert name in MODULES, name
 
 
-@pytest.mark.parametrize(("backend", "other"), [BACKENDS, BACKENDS[::-1]], ids=["onnxruntime", "tensorrt"])
+@pytest.mark.parametrize(("backend", "other"), list(itertools.permutations(BACKENDS, 2)))
 def test_a_backend_never_imports_the_other_backend_or_the_registry(backend: str, other: str) -> None:
     own = [name for name in MODULES if name == backend or name.startswith(backend + ".")]
     assert own

@@ -47,7 +47,7 @@ def test_outputs_equal_the_numpy_computation_for_every_batch_size(
 
 def test_backend_names_the_provider_onnxruntime_really_uses(tmp_path: Path) -> None:
     engine = _engine(tmp_path, None)
-    assert engine.backend == f"onnxruntime:{engine.provider}"
+    assert engine.backend == f"onnxruntime:{engine.provider}:fp32"  # backend:device:precision
     assert engine.provider == engine._session.get_providers()[0]
 
 

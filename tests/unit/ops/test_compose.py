@@ -7,6 +7,8 @@ import argparse
 import fnmatch
 import re
 import shlex
+import signal
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -41,7 +43,7 @@ def command_of(name: str) -> argparse.Namespace:
     svc = SERVICES[name]
     command = svc["command"]
     assert isinstance(command, list), f"{name}: use the exec (list) form, so no shell sits between tini and detstream"
-    assert entrypoint(ROOT / svc["build"]["dockerfile"]) == ["detstream"]
+    assert entrypoint(ROOT / svc["build"]["dockerfile"]) == ["tini", "--", "detstream"]
     return parse_detstream(command)
 
 
@@ -99,7 +101,7 @@ def test_the_images_copy_only_files_that_exist_and_are_not_dockerignored(dockerf
         assert not any(fnmatch.fnmatch(source, pattern) for pattern in ignored), f"{source} is in .dockerignore"
 
 
-@pytest.mark.parametrize(("dockerfile", "base"), [("Dockerfile", r"python:3\.11-slim"),
+@pytest.mark.parametrize(("dockerfile", "base"), [("Dockerfile", r"\$\{BASE\}"),
                                                   ("Dockerfile.gpu", r"nvcr\.io/nvidia/tensorrt:\$\{TRT_TAG\}")])
 def test_the_images_run_as_a_non_root_user_with_the_data_volumes(dockerfile, base):
     text = (ROOT / dockerfile).read_text()
@@ -108,6 +110,32 @@ def test_the_images_run_as_a_non_root_user_with_the_data_volumes(dockerfile, bas
     assert users and users[-1] not in ("root", "0")
     assert "DETSTREAM_CACHE=/data/cache" in text
     assert re.search(r'^VOLUME \["/data/models", "/data/cache"\]$', text, flags=re.M)
+
+
+def test_the_cpu_image_builds_on_debian_bookworm_and_leaves_its_build_stage_behind():
+    text = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^ARG BASE=debian:bookworm-slim$", text, flags=re.M)
+    assert re.findall(r"^FROM (.+)$", text, flags=re.M) == ["${BASE} AS build", "${BASE}"]
+    assert "COPY --from=build /opt/venv /opt/venv" in text
+    final_stage = text.split("\nFROM ${BASE}\n")[1]
+    assert "python3-venv" not in final_stage and "pip install" not in final_stage
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "Dockerfile.gpu"])
+def test_the_images_run_detstream_under_tini(dockerfile):
+    text = (ROOT / dockerfile).read_text()
+    assert re.search(r"apt-get install -y --no-install-recommends [^\n]*\btini\b", text)
+    assert entrypoint(ROOT / dockerfile) == ["tini", "--", "detstream"]
+
+
+def test_a_ca_bundle_reaches_pip_only_as_a_build_secret_never_disabling_verification():
+    text = (ROOT / "Dockerfile").read_text()
+    pip_runs = [run for run in text.split("\nRUN ") if "pip install" in run]
+    assert pip_runs and all(run.startswith("--mount=type=secret,id=ca,target=/run/secrets/ca") for run in pip_runs)
+    assert all("PIP_CERT=/run/secrets/ca" in run for run in pip_runs)
+    insecure = re.compile(r"trusted-host|--insecure|verify\s*=\s*False|PYTHONHTTPSVERIFY")
+    for dockerfile in ("Dockerfile", "Dockerfile.gpu"):
+        assert not insecure.search((ROOT / dockerfile).read_text()), dockerfile
 
 
 def test_the_gpu_image_installs_the_tensorrt_extra_on_a_24_xx_base():
@@ -211,3 +239,27 @@ def test_the_worker_waits_for_the_model_fetch_and_shares_its_volumes():
     assert str(fetch.models_dir) == str(command_of("worker").models_dir) == "/data/models"
     shared = {target for _, target in mounts("models")} & {target for _, target in mounts("worker")}
     assert {"/data/models", "/data/cache"} <= shared
+
+
+def test_the_recorder_command_ends_with_exit_0_on_sigterm(tmp_path):
+    """`docker compose down`/`podman-compose down` stop the recorder with SIGTERM; it closes its file and exits 0."""
+    from tests.conftest import free_port, start_detstream, stop_process
+
+    args = command_of("recorder")
+    out = tmp_path / "detections.jsonl"
+    proc = start_detstream("subscribe", f"tcp://127.0.0.1:{free_port()}", "--format", args.format, "--out", str(out))
+    time.sleep(1.5)  # past start-up, into the receive loop
+    code, _, err = stop_process(proc, signal.SIGTERM)
+    assert code == 0, err
+    assert out.exists()
+
+
+def test_the_ca_bundle_override_hands_a_read_only_bundle_to_pip_in_the_model_fetch():
+    override = yaml.safe_load((ROOT / "deploy" / "compose" / "ca-bundle.yml").read_text())
+    assert set(override["services"]) <= set(SERVICES)
+    models = override["services"]["models"]
+    (mount,) = models["volumes"]
+    source, target, mode = mount.rsplit(":", 2)
+    assert source == "${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}" and mode == "ro"
+    assert models["environment"]["PIP_CERT"] == target
+    assert command_of("models").command == "models"

@@ -63,7 +63,7 @@ def expand(args: list[str], env: dict[str, str]) -> list[str]:
 
 
 def worker_args(ordinal: int) -> argparse.Namespace:
-    assert "command" not in WORKER, "args only: the image's ENTRYPOINT is detstream"
+    assert "command" not in WORKER, "args only: the image's ENTRYPOINT is tini -- detstream"
     return parse_detstream(expand(WORKER["args"], env_of(WORKER, ordinal)))
 
 

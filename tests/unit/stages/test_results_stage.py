@@ -34,9 +34,10 @@ BOX = Letterbox(1.0, 0.0, 0.0, 64, 64)
 class Run:
     """A batcher with a file stream ``f`` and a live stream ``cam``, and the engine and results stages behind it."""
 
-    def __init__(self, engine: FixedEngine, sinks: Sequence[MemorySink] = (), quota: int = 4) -> None:
-        self.config = parse_config({"sources": [{"id": "f", "url": "/clips/f.mp4"}, {"id": "cam", "url": "rtsp://h/s"}],
-                                    "engine": {"max_batch": 4}}, env={})
+    def __init__(self, engine: FixedEngine, sinks: Sequence[MemorySink] = (), quota: int = 4,
+                 file_source: dict | None = None) -> None:
+        sources = [{"id": "f", "url": "/clips/f.mp4", **(file_source or {})}, {"id": "cam", "url": "rtsp://h/s"}]
+        self.config = parse_config({"sources": sources, "engine": {"max_batch": 4}}, env={})
         self.metrics = PipelineMetrics()
         self.ledger = DropLedger(self.metrics)
         self.batcher = Batcher(FrameRing(2 * quota, 64, 64), 4, 0.01, quota, drops=self.ledger)
@@ -151,6 +152,41 @@ def test_an_unknown_class_in_the_filter_is_a_config_error():
     config = parse_config({"sources": [{"id": "f", "url": "/clips/f.mp4"}], "model": {"classes": ["dog"]}}, env={})
     with pytest.raises(ConfigError, match=r"unknown label\(s\) \['dog'\]"):
         Detector(SPEC, config)
+
+
+def test_zone_events_are_published_after_their_frame_counted_in_prometheus_and_a_lost_exit_ends_the_stream():
+    """The fixed engine's box stands still inside the zone: enter on the second frame, lost exit at the end."""
+    zone = {"name": "all", "points": [[0, 0], [64, 0], [64, 64], [0, 64]]}
+    run = Run(FixedEngine(), file_source={"zones": [zone]})
+    run.put("f", 4)
+    run.run_to_end()
+    events = run.publisher.of("f", "events")
+    assert [(e["kind"], e["zone"], e["seq"], e["reason"]) for e in events] == [("enter", "all", 1, None),
+                                                                              ("exit", "all", 3, "lost")]
+    assert events[-1]["counts"] == {"in": 1, "out": 1, "occupancy": 0,
+                                    "labels": {"person": {"in": 1, "out": 1, "occupancy": 0}}}
+    detections = run.publisher.of("f")
+    assert [d["analytics"]["zones"] for d in detections] == [{"all": {}}] + [{"all": {"person": 1}}] * 3
+    assert all("analytics" not in d for d in run.publisher.of("cam"))
+    assert run.prometheus("detstream_zone_events_total", stream="f", zone="all", kind="enter", label="person") == 1
+    assert run.prometheus("detstream_zone_events_total", stream="f", zone="all", kind="exit", label="person") == 1
+    assert run.prometheus("detstream_zone_occupancy", stream="f", zone="all", label="person") == 0
+    assert run.results.streams()["f"].counts["all"]["in"] == 1
+
+
+def test_a_source_with_zones_or_lines_is_tracked_and_others_are_not_when_tracking_is_none(caplog):
+    zone = {"name": "all", "points": [[0, 0], [64, 0], [64, 64], [0, 64]]}
+    config = parse_config({"sources": [{"id": "f", "url": "/clips/f.mp4", "zones": [zone]},
+                                       {"id": "cam", "url": "rtsp://h/s"}]}, env={})
+    with caplog.at_level("INFO"):
+        detector = Detector(SPEC, config)
+    assert caplog.text.count("has zones or lines: tracking is on") == 1 and "'f'" in caplog.text
+    engine = FixedEngine()
+    for seq in range(3):
+        metas = [FrameMeta(s, seq, None, time.time(), time.monotonic(), 1.0, BOX) for s in ("f", "cam")]
+        f, cam = detector.detect(engine.submit([None, None]).wait(), metas, t_submit=0.0, t_done=0.0)
+    assert f.detections.track_ids.tolist() == [1] and f.analytics is not None
+    assert cam.detections.track_ids.tolist() == [-1] and cam.analytics is None
 
 
 class RefusingPublisher(MemoryPublisher):

@@ -6,8 +6,11 @@ import io
 import json
 import threading
 
+import pytest
 from subscribe_payloads import detection, status
 
+from app.analytics.engine import Event
+from app.publish.messages import event_payload
 from app.subscribe.messages import DetectionMessage, StatusMessage
 from app.subscribe.render import run_subscribe, table_row
 
@@ -81,3 +84,34 @@ def test_timing_out_before_count_messages_exits_1_and_timeout_alone_exits_0(endp
 def test_an_unwritable_out_file_or_bad_endpoint_exits_2(endpoint, tmp_path):
     assert run_subscribe(endpoint, [], "jsonl", 1, 0.1, tmp_path / "missing" / "x.jsonl", output=io.StringIO()) == 2
     assert run_subscribe("tcp://nonsense", [], "jsonl", 1, 0.1, None, output=io.StringIO()) == 2
+
+
+
+@pytest.mark.parametrize("fmt", ["table", "jsonl"])
+def test_events_prints_zone_and_line_events_as_a_table_and_as_jsonl(publisher, endpoint, fmt):
+    counts = {"in": 6, "out": 3, "labels": {"person": {"in": 6, "out": 3}}}
+    cross = event_payload("gate", Event("cross", "line", "door", 12, "person", 0.9, (1.0, 2.0, 3.0, 4.0), "in", None,
+                                       counts), seq=40, pts=1.6, at=1.0)
+    zone_counts = {"in": 2, "out": 2, "occupancy": 0, "labels": {"person": {"in": 2, "out": 2, "occupancy": 0}}}
+    lost = event_payload("gate", Event("exit", "zone", "yard", 5, "person", None, None, None, "lost", zone_counts),
+                         seq=41, pts=None, at=2.0)
+    output = io.StringIO()
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(code=run_subscribe(
+        endpoint, [], fmt, 2, 10.0, None, output=output, events=True)), name="test.subscribe")
+    thread.start()
+    assert publisher.wait_for_subscribers(1, 5.0)
+    publisher.publish_detections("gate", detection("gate", 0))  # not subscribed with --events
+    publisher.publish_event("gate", cross)
+    publisher.publish_event("gate", lost)
+    thread.join(10)
+    assert result["code"] == 0
+    text = output.getvalue()
+    if fmt == "table":
+        rows = text.splitlines()
+        assert rows[0].split()[:4] == ["stream", "seq", "event", "zone/line"]
+        assert rows[1].split() == ["gate", "40", "cross", "in", "door", "12", "person", "in", "6", "out", "3"]
+        assert rows[2].split() == ["gate", "41", "exit", "(lost)", "yard", "5", "person", "in", "2", "out", "2",
+                                   "now", "0"]
+    else:
+        assert [json.loads(line) for line in text.splitlines()] == [cross, lost]
