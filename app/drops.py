@@ -34,6 +34,12 @@ class DropReason(str, Enum):
     """A live stream gave the frame up: over its slot quota, older than ``max_staleness_ms``, or no slot free."""
     ENGINE_ERROR = "engine_error"
     """The engine failed on the frame's batch."""
+    SUBSCRIBER_HWM = "subscriber_hwm"
+    """A subscriber at its high-water mark missed the frame's detection message (those with room got it).
+
+    The frame counts here rather than as published, so ``published + dropped``
+    still equals the frames handed over, and the next message's ``dropped_before``
+    (which carries it) never exceeds ``dropped``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,4 +118,27 @@ class DropLedger:
             return sum(stream.dropped.values()) if stream is not None else 0
 
 
-__all__ = ["DropLedger", "DropReason", "StreamCounts"]
+class HwmWarning:
+    """Says, at most once per ``every_s`` while it goes on, that subscribers miss messages at their high-water mark.
+
+    Fed the publisher's running total (``Publisher.dropped_hwm``, detection and
+    status messages); :meth:`due` returns the WARNING text when one is due, else None.
+    """
+
+    def __init__(self, every_s: float = 60.0) -> None:
+        self._every_s = every_s
+        self._reported = 0
+        self._reported_at: float | None = None
+
+    def due(self, total: int, now: float) -> str | None:
+        new = total - self._reported
+        if new <= 0 or (self._reported_at is not None and now - self._reported_at < self._every_s):
+            return None
+        since = "" if self._reported_at is None else f" in the last {now - self._reported_at:.0f} s"
+        self._reported, self._reported_at = total, now
+        return (f"a subscriber at its high-water mark missed {new} messages{since} ({total} in all); the others "
+                "still receive every message. A subscriber reads slower than detstream publishes "
+                "(see publish.sndhwm and the subscriber's rcvhwm)")
+
+
+__all__ = ["DropLedger", "DropReason", "HwmWarning", "StreamCounts"]

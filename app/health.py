@@ -58,7 +58,8 @@ class HealthServer:
 
     It reads only the pipeline's public state: ``metrics.registry``,
     ``ready`` (an Event), ``alive``, ``last_publish_at`` (None until started),
-    ``publisher`` (its ``sent`` and ``dropped_hwm``), ``streams()`` and
+    ``publisher`` (its ``sent`` and ``dropped_hwm``), ``sink_failures``
+    (an optional sink that stopped is reported, not failing), ``streams()`` and
     ``config.publish.heartbeat_s``. The server may be
     started before the pipeline: it then answers 503 "starting" until the
     pipeline is up. :meth:`start` and :meth:`stop` are idempotent; port 0
@@ -133,7 +134,8 @@ class HealthServer:
         age_s = max(0.0, time.monotonic() - last_publish_at)
         body: dict[str, Any] = {"status": "ok", "published_recently": age_s <= limit_s,
                                 "last_publish_age_s": round(age_s, 3), "limit_s": limit_s,
-                                "messages_sent": publisher.sent, "dropped_hwm": publisher.dropped_hwm}
+                                "messages_sent": publisher.sent, "dropped_hwm": publisher.dropped_hwm,
+                                "sink_failures": pipeline.sink_failures}
         if not pipeline.alive:
             body.update(status="failing", reason="postprocess thread is not running (run ended or crashed)")
             return 503, body

@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.batcher import Batcher
@@ -54,6 +54,7 @@ class RunReport:
     streams: dict[str, StreamSnapshot]
     engine: str
     elapsed_s: float
+    sink_failures: dict[str, str] = field(default_factory=dict)
 
     @property
     def published(self) -> dict[str, int]:
@@ -253,6 +254,11 @@ class Pipeline:
         """``time.monotonic()`` of the last message published (heartbeats included); None before :meth:`start`."""
         return self._results.last_publish_at if self._results is not None else None
 
+    @property
+    def sink_failures(self) -> dict[str, str]:
+        """Optional sink name -> why it stopped (e.g. a full disk under ``--annotate``); empty while all work."""
+        return self._results.sink_failures if self._results is not None else {}
+
     def streams(self) -> dict[str, StreamSnapshot]:
         """A snapshot of every stream (state, counts, latency); empty before :meth:`start`."""
         return self._results.streams() if self._results is not None else {}
@@ -300,4 +306,5 @@ class Pipeline:
 
     def report(self) -> RunReport:
         return RunReport(streams=self.streams(), engine=self._engine.backend if self._engine else "",
-                         elapsed_s=time.monotonic() - self._started_at if self._started_at else 0.0)
+                         elapsed_s=time.monotonic() - self._started_at if self._started_at else 0.0,
+                         sink_failures=self.sink_failures)

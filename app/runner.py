@@ -197,6 +197,8 @@ def _exit_code(pipeline: Pipeline, drained: bool = True) -> int:
                     report.states[stream_id].value)
         for name, counts in report.streams[stream_id].counts.items():
             logger.info("%s: %s", stream_id, counts_line(name, counts))
+    for sink, reason in report.sink_failures.items():
+        logger.warning("sink %s failed during the run: %s (detections were still published)", sink, reason)
     if not drained:
         print(f"detstream: error: frames in flight were not all published: the drain took over {DRAIN_TIMEOUT_S:.0f} s",
               file=sys.stderr)

@@ -7,20 +7,88 @@ nothing). Whatever exists when the signal comes is stopped; what is attached
 later is stopped at once. The first signal asks for a drain (exit 0); a
 signal while the target is already stopping (the second signal, or one after
 ``duration_s`` ran out) exits at once with 130.
+
+That exit skips every ``finally``, so work in progress registers its
+temporary files with :func:`at_forced_exit`; the handler removes them just
+before ``os._exit`` (model fetches also sweep what a killed process left, at
+the next start: :func:`app.models.store.files.sweep_stale`). Commands other
+than ``run`` get the default handlers (Ctrl-C is a KeyboardInterrupt); work
+there that must clean up runs inside :func:`interrupts_clean_up`, which gives
+a second Ctrl-C the same forced exit instead of letting it cut a ``finally``
+short.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Protocol
 
 logger = logging.getLogger("detstream")
 
 EXIT_FORCED = 130
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+_forced_exit_cleanups: dict[int, Callable[[], None]] = {}
+_cleanup_ids = iter(range(1 << 62))
+
+
+def at_forced_exit(cleanup: Callable[[], None]) -> Callable[[], None]:
+    """Run ``cleanup`` if a second signal forces the exit (``os._exit`` skips ``finally``); returns its remover.
+
+    ``cleanup`` must be quick and must not raise (it runs inside the signal handler).
+    """
+    key = next(_cleanup_ids)
+    _forced_exit_cleanups[key] = cleanup
+
+    def remove() -> None:
+        _forced_exit_cleanups.pop(key, None)
+
+    return remove
+
+
+def run_forced_exit_cleanups() -> None:
+    """Run (once) every registered cleanup; errors are ignored: the process is on its way out."""
+    while _forced_exit_cleanups:
+        _, cleanup = _forced_exit_cleanups.popitem()
+        with contextlib.suppress(Exception):  # a failed cleanup must not stop the others, nor the exit
+            cleanup()
+
+
+@contextmanager
+def interrupts_clean_up() -> Iterator[None]:
+    """The first SIGINT raises KeyboardInterrupt as usual, so ``finally`` blocks clean up; another one meanwhile
+    runs the :func:`at_forced_exit` cleanups and exits with 130 at once.
+
+    For work outside ``run`` (``detstream models fetch``). A no-op off the main thread, or when SIGINT is
+    handled otherwise already (``run``'s :class:`StopRequest` forces the exit the same way).
+    """
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+    interrupted = False
+
+    def handle(_signum: int, _frame: object) -> None:
+        nonlocal interrupted
+        if interrupted:
+            logger.warning("second interrupt: exiting now")
+            run_forced_exit_cleanups()
+            os._exit(EXIT_FORCED)
+        interrupted = True
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, handle)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class Stoppable(Protocol):
@@ -75,6 +143,7 @@ class StopRequest:
     def _handle(self, signum: int, _frame: object) -> None:
         if self._event.is_set() or (self._target is not None and self._target.stopping):
             logger.warning("second signal: exiting now")
+            run_forced_exit_cleanups()
             os._exit(EXIT_FORCED)
         logger.info("%s: stopping (again to force)", signal.Signals(signum).name)
         self.request(signum)

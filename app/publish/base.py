@@ -12,8 +12,11 @@ frame and each source status to them; it knows nothing else about them.
   (annotated video, ...). Sinks are optional: :func:`app.stages.sinks.build_sinks`
   builds those the config asks for, so a new sink touches that module and its
   own, not the pipeline. A sink does its work on a thread of its own;
-  ``submit`` only hands the frame over. A sink whose ``submit`` raises is
-  detached (logged once) and the run goes on without it.
+  ``submit`` only hands the frame over. A sink never holds the pipeline:
+  when its work fails it stops and says why in ``failure`` (its ``submit``
+  then returns at once); a sink whose ``submit`` raises is detached. Either
+  way it is logged once, named in ``/healthz`` and the run summary
+  (``Pipeline.sink_failures``), and publishing goes on.
 """
 
 from __future__ import annotations
@@ -70,12 +73,14 @@ class ResultSink(ABC):
     thread), :meth:`close` at the end of the run (on the main thread, bounded
     by ``timeout_s``). ``dropped`` counts frames the sink gave up rather than
     slow the pipeline. ``needs_image``: the sink reads ``meta.image``, so
-    decoders keep each original frame for it.
+    decoders keep each original frame for it. ``failure`` is None while the
+    sink works, else one line saying why it stopped (it then drops every frame).
     """
 
     name: str = "sink"
     needs_image: bool = False
     dropped: int = 0
+    failure: str | None = None
 
     @abstractmethod
     def start(self) -> None:
@@ -86,8 +91,9 @@ class ResultSink(ABC):
         """Hand over one published frame; runs on the postprocess thread.
 
         ``lossless`` is true for file sources: the sink should keep every frame
-        (it may wait for room, but boundedly). Otherwise it drops and counts
-        rather than wait. Raising detaches the sink for the rest of the run.
+        (it may wait for room while it works; never once it has failed).
+        Otherwise it drops and counts rather than wait. Raising detaches the
+        sink for the rest of the run.
         """
 
     @abstractmethod

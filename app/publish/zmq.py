@@ -1,18 +1,26 @@
-"""ZeroMQ publisher of detection, status and event messages, with counted high-water-mark drops.
+"""ZeroMQ publisher of detection, status and event messages: per-subscriber HWM drops, counted.
 
-Socket choice. A plain PUB socket drops silently when a subscriber's queue
-is full, so nobody could say how many messages were lost. We use XPUB with
-``XPUB_NODROP=1`` and always send with ``NOBLOCK``: when a matching
-subscriber is at its high-water mark, ``send`` raises ``zmq.Again`` at once
-(it never blocks the postprocess thread), the message is dropped for that
-topic's subscribers and counted in :attr:`ZmqPublisher.dropped_hwm`, and the
-next detection message of that stream carries the drop in ``dropped_before``,
-so every subscriber can still account for each seq gap.
+Socket choice. Subscribers expect PUB behaviour: when one subscriber's queue
+is full (``publish.sndhwm``), the message is dropped for that subscriber only,
+and the others still get it, so a stalled reader never costs a fast one its
+messages. A plain PUB socket does that silently, and libzmq reports no
+per-pipe drop (neither a counter nor a socket-monitor event). So we use XPUB
+and ask it, message by message, whether every matching subscriber has room:
 
-The trade-off: a matching subscriber that stops reading makes the other
-subscribers of the same topic miss messages too (all or none). For many
-subscribers, publish into a proxy (``connect+tcp://...``, see
-:mod:`app.publish.proxy`): its subscriber side drops per subscriber.
+* Each send goes first with ``XPUB_NODROP=1`` and ``NOBLOCK``. When all
+  matching subscribers have room it is delivered to all (:attr:`sent`).
+* When one of them is at its high-water mark, libzmq refuses it at once with
+  ``zmq.Again`` (the postprocess thread never blocks). The publisher then
+  turns ``XPUB_NODROP`` off for one send, which gives the message to every
+  subscriber with room and drops it for the full ones only, and turns it back
+  on. The message counts in :attr:`dropped_hwm` (messages that at least one
+  subscriber missed), and the stream's next detection message carries it in
+  ``dropped_before``, so the subscriber that missed it can explain its gap (one
+  that got it sees ``dropped_before`` above its gap, which is not a loss).
+
+What cannot be counted: how many subscribers missed a message, and which.
+Drops after the publisher (a proxy's subscriber queue, the subscriber's own
+``rcvhwm``) are invisible here; subscribers see them as unexplained gaps.
 
 XPUB also delivers subscription frames to us; they are read (bounded) on
 every publish so that they cannot pile up, and they let
@@ -120,12 +128,12 @@ class ZmqPublisher:
 
     @property
     def dropped_hwm(self) -> int:
-        """Messages not sent because a matching subscriber was at its high-water mark."""
+        """Messages that at least one matching subscriber missed at its high-water mark (the others got them)."""
         return self._dropped_hwm
 
     @property
     def sent(self) -> int:
-        """Messages handed to ZeroMQ (to every subscriber of the topic; 0 subscribers counts too)."""
+        """Messages delivered to every subscriber of the topic (0 subscribers counts too)."""
         return self._sent
 
     @property
@@ -134,7 +142,7 @@ class ZmqPublisher:
         return sum(self._subscriptions.values())
 
     def publish_detections(self, stream_id: str, payload: Mapping[str, Any]) -> bool:
-        """Send a ``detstream.detections/1`` map on ``det/<stream_id>/``; False when dropped at the HWM.
+        """Send a ``detstream.detections/1`` map on ``det/<stream_id>/``; False when a subscriber missed it at the HWM.
 
         Earlier HWM drops of the same stream are added to ``dropped_before``
         (on a copy; the caller's map is not modified).
@@ -150,11 +158,11 @@ class ZmqPublisher:
         return sent
 
     def publish_status(self, stream_id: str, payload: Mapping[str, Any]) -> bool:
-        """Send a ``detstream.status/1`` map on ``status/<stream_id>/``; False when dropped at the HWM."""
+        """Send a ``detstream.status/1`` map on ``status/<stream_id>/``; False when a subscriber missed it."""
         return self._send(status_topic(stream_id), payload)
 
     def publish_event(self, stream_id: str, payload: Mapping[str, Any]) -> bool:
-        """Send a ``detstream.event/1`` map on ``event/<stream_id>/``; False when dropped at the HWM."""
+        """Send a ``detstream.event/1`` map on ``event/<stream_id>/``; False when a subscriber missed it."""
         return self._send(event_topic(stream_id), payload)
 
     def _send(self, topic: bytes, payload: Mapping[str, Any]) -> bool:
@@ -164,12 +172,23 @@ class ZmqPublisher:
         data = encode(payload, self._config.encoding)
         try:
             self._socket.send_multipart([topic, data], flags=zmq.NOBLOCK)
-        except zmq.Again:
+        except zmq.Again:  # a matching subscriber is at its HWM: deliver to the others, drop for it only
+            self._send_lossy(topic, data)
             self._dropped_hwm += 1
             logger.debug("dropped %s at the high-water mark (%d so far)", topic, self._dropped_hwm)
             return False
         self._sent += 1
         return True
+
+    def _send_lossy(self, topic: bytes, data: bytes) -> None:
+        """Send once with PUB semantics: every matching subscriber with room gets it, full ones do not."""
+        self._socket.setsockopt(zmq.XPUB_NODROP, 0)
+        try:
+            self._socket.send_multipart([topic, data], flags=zmq.NOBLOCK)
+        except zmq.Again:  # not expected without NODROP; the message is lost for everyone and counted as such
+            logger.debug("dropped %s for every subscriber", topic)
+        finally:
+            self._socket.setsockopt(zmq.XPUB_NODROP, 1)
 
     def _read_subscriptions(self, limit: int) -> int:
         """Read up to ``limit`` waiting (un)subscription frames without blocking; how many were read."""

@@ -3,12 +3,22 @@
 Runs on thread ``detstream.annotate``; the postprocess thread only enqueues
 (frame, detections). File sources enqueue with backpressure so the video has
 every frame; live sources drop (and count) rather than slow inference.
+
+The sink is optional, so it never holds the pipeline. When writing fails (a
+full disk, a vanished directory, an encoder error) it stops for the rest of
+the run: one WARNING names it and the error, :attr:`AnnotateSink.failure`
+says so (``/healthz`` and the run summary show it), the files it had open are
+closed (the MP4 index written if the disk lets it), and every later frame,
+queued or submitted, is counted in ``dropped`` and discarded at once. The
+backpressure for file sources waits only while the sink is healthy.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import queue
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -27,6 +37,7 @@ from app.types import FrameResult
 logger = logging.getLogger(__name__)
 
 _MS = Fraction(1, 1000)  # output timestamps are the source's own, in milliseconds
+_PUT_POLL_S = 0.1  # how often a waiting lossless submit looks whether the sink has failed meanwhile
 
 _PALETTE = np.array([(56, 56, 255), (151, 157, 255), (31, 112, 255), (29, 178, 255), (49, 210, 207),
                      (10, 249, 72), (23, 204, 146), (134, 219, 61), (52, 147, 26), (187, 212, 0)], np.uint8)
@@ -71,16 +82,29 @@ def check_output_dir(path: str) -> None:
         raise ConfigError(f"annotate.dir {path}: cannot create ({error.strerror})") from None
 
 
+def open_output(path: Path) -> av.container.OutputContainer:
+    """The MP4 container of one stream (the default ``open_output`` of :class:`AnnotateSink`)."""
+    return av.open(str(path), mode="w")
+
+
 class AnnotateSink(ResultSink):
-    """Owns thread ``detstream.annotate`` and every output file it writes."""
+    """Owns thread ``detstream.annotate`` and every output file it writes.
+
+    ``open_output(path)`` opens a stream's MP4 container (tests pass one whose
+    writes fail, to check the failure path).
+    """
 
     name = "annotate"
     needs_image = True
 
     def __init__(self, out_dir: Path, class_names: tuple[str, ...], snapshots: int,
-                 expected_frames: Callable[[str], int | None], fps: float = 10.0, queue_size: int = 64) -> None:
+                 expected_frames: Callable[[str], int | None], fps: float = 10.0, queue_size: int = 64,
+                 open_output: Callable[[Path], av.container.OutputContainer] = open_output) -> None:
         self.out_dir = out_dir
-        self.dropped = 0
+        self._dropped = 0
+        self._dropped_lock = threading.Lock()
+        self._failure: str | None = None
+        self._open_output = open_output
         self._names = class_names
         self._snapshots = snapshots
         self._expected = expected_frames
@@ -94,33 +118,84 @@ class AnnotateSink(ResultSink):
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._thread.start()
 
+    @property
+    def dropped(self) -> int:
+        """Frames not written: queue full for a live source, or handed over after the sink failed."""
+        return self._dropped
+
+    @property
+    def failure(self) -> str | None:
+        """Why the sink stopped writing (``'No space left on device (ENOSPC) ...'``); None while it works."""
+        return self._failure
+
     def submit(self, result: FrameResult, lossless: bool) -> None:
-        """Called on the postprocess thread; blocks only for lossless (file) sources."""
+        """Called on the postprocess thread; waits only for lossless (file) sources, and only while healthy."""
         if result.meta.image is None:
             return
-        if lossless:
-            self._queue.put((result, lossless))
+        if self._failure is not None:
+            self._count_dropped()
             return
-        try:
-            self._queue.put_nowait((result, lossless))
-        except queue.Full:
-            self.dropped += 1
+        if not lossless:
+            try:
+                self._queue.put_nowait((result, lossless))
+            except queue.Full:
+                self._count_dropped()
+            return
+        while True:
+            try:
+                self._queue.put((result, lossless), timeout=_PUT_POLL_S)
+                return
+            except queue.Full:
+                if self._failure is not None or not self._thread.is_alive():
+                    self._count_dropped()
+                    return
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """Finish queued frames and close every file (the MP4 index is written here)."""
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join(timeout_s)
+        """Finish queued frames and close every file (the MP4 index is written here), within ``timeout_s``."""
+        if not self._thread.is_alive():
+            return
+        try:
+            self._queue.put(None, timeout=timeout_s)
+        except queue.Full:
+            logger.warning("annotation sink: queue still full after %.0f s; not waiting for it", timeout_s)
+            return
+        self._thread.join(timeout_s)
+
+    def _count_dropped(self, frames: int = 1) -> None:
+        with self._dropped_lock:
+            self._dropped += frames
 
     def _run(self) -> None:
         try:
             while (item := self._queue.get()) is not None:
-                self._write(item[0])
-        except Exception:
-            logger.exception("annotation sink failed; detections are still published")
+                if self._failure is not None:
+                    self._count_dropped()  # drained so that nothing waits on a sink that no longer writes
+                    continue
+                try:
+                    self._write(item[0])
+                except Exception as error:  # any write error stops this optional sink, never the run
+                    self._fail(error)
         finally:
-            for stream_id, writer in self._writers.items():
+            self._finish_all()
+
+    def _fail(self, error: Exception) -> None:
+        self._failure = describe_error(error)
+        self._count_dropped()
+        logger.warning("sink %s failed: %s; it writes nothing more in this run (detections are still published)",
+                       self.name, self._failure)
+        self._finish_all()
+
+    def _finish_all(self) -> None:
+        writers, self._writers = self._writers, {}
+        for stream_id, writer in writers.items():
+            try:
                 self._finish(stream_id, writer)
+            except Exception as error:  # the disk may be full: the file stays as far as it got
+                if self._failure is None:
+                    self._fail(error)
+                else:
+                    logger.info("annotated video %s not finalised: %s", self.out_dir / f"{stream_id}.mp4",
+                                describe_error(error))
 
     def _write(self, result: FrameResult) -> None:
         meta = result.meta
@@ -156,7 +231,7 @@ class AnnotateSink(ResultSink):
 
     def _open(self, stream_id: str, width: int, height: int) -> _Writer:
         path = self.out_dir / f"{stream_id}.mp4"
-        container = av.open(str(path), mode="w")
+        container = self._open_output(path)
         stream = container.add_stream("libx264", rate=Fraction(1000))
         stream.codec_context.time_base = _MS
         stream.width, stream.height = width - width % 2, height - height % 2
@@ -180,5 +255,18 @@ class AnnotateSink(ResultSink):
         total = self._expected(stream_id) or 500
         every = max(1, total // max(1, self._snapshots))
         if seq >= taken * every:
-            cv2.imwrite(str(self.out_dir / f"{stream_id}_{seq:06d}.jpg"), canvas)
+            path = self.out_dir / f"{stream_id}_{seq:06d}.jpg"
+            if not cv2.imwrite(str(path), canvas):
+                raise OSError(f"cannot write snapshot {path}")
             self._snapshot_count[stream_id] = taken + 1
+
+
+def describe_error(error: BaseException) -> str:
+    """One line for a write error: ``strerror (ENAME) writing FILE`` for OS errors, else type and message (≤ 200)."""
+    if isinstance(error, OSError) and error.errno in errno.errorcode:
+        text = f"{error.strerror or error} ({errno.errorcode[error.errno]})"
+        if error.filename:
+            text += f" writing {error.filename}"
+    else:
+        text = f"{type(error).__name__}: {error}"
+    return text if len(text) <= 200 else text[:199] + "…"

@@ -26,7 +26,7 @@ import numpy as np
 from app.analytics.engine import FrameAnalytics
 from app.batcher import Batcher
 from app.config import DetstreamConfig, SourceMode
-from app.drops import DropLedger, DropReason
+from app.drops import DropLedger, DropReason, HwmWarning
 from app.metrics import PipelineMetrics
 from app.publish.base import Publisher, ResultSink
 from app.publish.messages import detection_payload, event_payload, status_payload
@@ -49,6 +49,7 @@ class StreamSnapshot:
 
     ``frames`` is the number of frames the source handed over up to the last
     published one (its last ``seq`` + 1); ``published + dropped`` reaches it
+    (a detection message a subscriber missed at its HWM counts as dropped, reason ``subscriber_hwm``)
     once the stream has ended. ``p50_total_ms`` is the median capture-to-publish
     latency of its recent frames (0 before the first). ``counts``: each of its
     zones' and lines' counts by name (docs/analytics.md), empty without any.
@@ -98,6 +99,8 @@ class ResultsStage:
         self._statuses = statuses
         self._publisher = publisher
         self._sinks = list(sinks)
+        self._all_sinks = tuple(sinks)
+        self._detached: dict[str, str] = {}  # sink name -> why its submit raised
         self._ledger = ledger
         self._metrics = metrics
         self._streams = {s.id: _Stream(s.effective_mode is SourceMode.LIVE) for s in config.sources}
@@ -105,6 +108,7 @@ class ResultsStage:
         self._last_heartbeat = time.monotonic()
         self._last_publish_at = time.monotonic()
         self._drops = DropReport(engine_name)  # says when live cameras offer more than the engine runs
+        self._hwm_warning = HwmWarning()
         self._thread = StageThread(self._run, "detstream.postprocess")
 
     def start(self) -> None:
@@ -123,6 +127,12 @@ class ResultsStage:
     def last_publish_at(self) -> float:
         """``time.monotonic()`` of the last message published (detections, status or heartbeat)."""
         return self._last_publish_at
+
+    @property
+    def sink_failures(self) -> dict[str, str]:
+        """Sink name -> why it stopped, for each optional sink that failed (none: empty); safe from any thread."""
+        failures = {sink.name: sink.failure for sink in self._all_sinks if sink.failure}
+        return {**failures, **self._detached}
 
     def streams(self) -> dict[str, StreamSnapshot]:
         """A snapshot of every stream; safe from any thread."""
@@ -203,14 +213,18 @@ class ResultsStage:
         payload = detection_payload(result, model=self._model_name, engine=self._engine_name,
                                     published_at=time.time(), dropped_before=meta.seq - stream.last_seq - 1,
                                     class_names=self._class_names, now_monotonic=now)
-        self._publisher.publish_detections(meta.stream_id, payload)
+        delivered = self._publisher.publish_detections(meta.stream_id, payload)
         if result.analytics is not None:
             self._publish_events(meta.stream_id, result.analytics, meta.seq, meta.pts_s, meta.captured_at)
         self._last_publish_at = now
         stream.last_seq = meta.seq
         total_ms = (now - meta.t_captured) * 1e3
         stream.total_ms.append(total_ms)
-        policy_drops = self._ledger.publish(meta.stream_id)
+        if delivered:
+            policy_drops = self._ledger.publish(meta.stream_id)
+        else:  # a subscriber at its HWM missed it; the next message's dropped_before says so
+            policy_drops = 0
+            self._ledger.drop(meta.stream_id, DropReason.SUBSCRIBER_HWM)
         self._metrics.observe_latencies(result.latencies_ms(total_ms))
         self._metrics.zmq_dropped.set(self._publisher.dropped_hwm)
         if stream.live:
@@ -229,8 +243,9 @@ class ResultsStage:
         for sink in self._sinks:
             try:
                 sink.submit(result, lossless)
-            except Exception:
+            except Exception as error:
                 logger.exception("sink %s failed; detaching it (detections are still published)", sink.name)
+                self._detached[sink.name] = f"{type(error).__name__}: {error}"[:200]
                 self._sinks = [s for s in self._sinks if s is not sink]
 
     # -- statuses ----------------------------------------------------------
@@ -278,6 +293,9 @@ class ResultsStage:
         overload = self._drops.due()
         if overload:
             logger.warning(overload)
+        missed = self._hwm_warning.due(self._publisher.dropped_hwm, time.monotonic())
+        if missed:
+            logger.warning(missed)
 
     def _heartbeat_if_due(self) -> None:
         now = time.monotonic()

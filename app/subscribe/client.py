@@ -12,8 +12,15 @@
 
 The socket belongs to the thread that iterates. ZeroMQ reconnects by itself
 when the publisher restarts (every 100 ms, ``reconnect_ivl``, without backoff,
-so a client started before the worker joins within its start-up wait), and ZMTP
-heartbeats notice a silently vanished peer. libzmq re-sends the
+so a client started before the worker joins within its start-up wait), and TCP
+keepalive notices a vanished peer host (about 10 s). Not ZMTP heartbeats: while
+the receive queue is full (``rcvhwm`` reached by a reader that pauses), libzmq
+stops reading the connection, so the heartbeat's answer goes unread, the
+heartbeat times out, and the connection is dropped and made again, losing
+everything in flight without a count on either side; a stale wake-up of the
+old connection can then abort the process (``Assertion failed: _input_stopped``,
+libzmq issues 3596 and 3937). A publisher that hangs is noticed by its
+missing status heartbeats (``publish.heartbeat_s``). libzmq re-sends the
 subscriptions after a reconnect only while the socket is in use, which
 iterating does (it polls every 200 ms); a client that stops iterating for a
 while may miss the first messages of a restarted publisher. A restarted
@@ -115,8 +122,10 @@ class Subscriber:
         socket.rcvhwm = rcvhwm
         socket.reconnect_ivl = 100
         socket.reconnect_ivl_max = 0  # no backoff (ZeroMQ default): a client started first must not miss frames
-        socket.heartbeat_ivl = 2000
-        socket.heartbeat_timeout = 6000
+        socket.tcp_keepalive = 1  # not ZMTP heartbeats: they time out while a paused reader's queue is full
+        socket.tcp_keepalive_idle = 4
+        socket.tcp_keepalive_intvl = 2
+        socket.tcp_keepalive_cnt = 3
         socket.ipv6 = needs_ipv6(self.endpoint)
         if curve_server_key is not None:
             public, secret = zmq.curve_keypair()

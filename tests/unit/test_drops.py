@@ -48,3 +48,16 @@ def test_drops_from_many_threads_are_all_counted():
     for thread in threads:
         thread.join()
     assert ledger.dropped("a") == 8000
+
+
+def test_hwm_warning_is_due_at_the_first_drop_then_at_most_once_a_minute():
+    from app.drops import HwmWarning
+
+    warning = HwmWarning(every_s=60.0)
+    assert warning.due(0, now=0.0) is None  # nothing missed, nothing to say
+    first = warning.due(5, now=1.0)
+    assert first is not None and "missed 5 messages" in first and "(5 in all)" in first
+    assert warning.due(500, now=30.0) is None  # within the minute: quiet
+    later = warning.due(800, now=61.5)
+    assert later is not None and "missed 795 messages in the last 60 s (800 in all)" in later
+    assert warning.due(800, now=200.0) is None  # the drops stopped: so does the warning

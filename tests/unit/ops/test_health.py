@@ -32,6 +32,7 @@ class FakePipeline:
         self.alive = False
         self.last_publish_at: float | None = None
         self.publisher = None
+        self.sink_failures: dict[str, str] = {}
         self.config = SimpleNamespace(publish=SimpleNamespace(heartbeat_s=heartbeat_s))
         self._streams: dict[str, StreamSnapshot] = {}
 
@@ -192,3 +193,12 @@ def test_start_and_stop_are_idempotent(pipeline):
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", port)) != 0
     assert not [t for t in threading.enumerate() if t.name == "detstream.health"]
+
+
+def test_healthz_names_a_failed_optional_sink_and_stays_200(pipeline, server):
+    pipeline.begin("running")
+    assert json.loads(get(server, "/healthz")[2])["sink_failures"] == {}
+    pipeline.sink_failures = {"annotate": "No space left on device (ENOSPC) writing /out/cam.mp4"}
+    status, _, body = get(server, "/healthz")
+    assert status == 200, "an optional sink does not make the worker unhealthy"
+    assert json.loads(body)["sink_failures"]["annotate"].startswith("No space left on device")

@@ -220,3 +220,28 @@ def test_only_bracketed_ipv6_hosts_turn_on_zmq_ipv6(endpoint, expected):
     from app.publish.zmq import needs_ipv6
 
     assert needs_ipv6(endpoint) is expected
+
+
+def test_a_stalled_subscriber_costs_a_healthy_one_nothing(endpoint, context):
+    """One SUB never reads, one reads everything: the healthy one gets every message, the stall is counted."""
+    blob = "x" * 4000
+    total = 3000  # 12 MB: far beyond the stalled pipe's 50 messages plus the kernel's socket buffers
+    with publisher(endpoint, sndhwm=50, encoding="msgpack") as pub:
+        stalled = sub_socket(context, endpoint, b"det/", rcvhwm=50)
+        healthy = sub_socket(context, endpoint, b"det/", rcvhwm=0)
+        assert pub.wait_for_subscribers(2, 5.0)
+        received: list[int] = []
+        started = time.monotonic()
+        for seq in range(total):
+            if time.monotonic() - started > 30:
+                break
+            pub.publish_detections("cam", small_payload(seq) | {"padding": blob})
+            while healthy.poll(100):  # the healthy subscriber keeps up: it reads each message as it comes
+                received.append(decode(healthy.recv_multipart()[1], "msgpack")["seq"])
+                if received[-1] >= seq:
+                    break
+        assert time.monotonic() - started < 30
+        assert received == list(range(total)), f"healthy subscriber got {len(received)} of {total}"
+        assert pub.dropped_hwm > 0, "the stalled subscriber's drops are counted"
+        assert pub.sent + pub.dropped_hwm == total
+        stalled.close()

@@ -187,3 +187,41 @@ def test_a_source_with_zones_or_lines_is_tracked_and_others_are_not_when_trackin
         f, cam = detector.detect(engine.submit([None, None]).wait(), metas, t_submit=0.0, t_done=0.0)
     assert f.detections.track_ids.tolist() == [1] and f.analytics is not None
     assert cam.detections.track_ids.tolist() == [-1] and cam.analytics is None
+
+
+class RefusingPublisher(MemoryPublisher):
+    """As ZmqPublisher when a subscriber is at its HWM: every ``every``-th detection is missed by a subscriber."""
+
+    def __init__(self, every: int) -> None:
+        super().__init__()
+        self._every = every
+        self._offered = 0
+
+    def publish_detections(self, stream_id, payload) -> bool:
+        self._offered += 1
+        if self._offered % self._every == 0:
+            self.dropped_hwm += 1
+            return False
+        return super().publish_detections(stream_id, payload)
+
+
+def test_messages_a_subscriber_missed_at_its_hwm_reach_the_status_the_report_and_prometheus(caplog):
+    run = Run(FixedEngine())
+    run.publisher = publisher = RefusingPublisher(every=3)
+    run.results._publisher = publisher  # the test's stand-in for a ZmqPublisher with a stalled subscriber
+    run.put("f", 4)
+    run.put("cam", 3)
+    with caplog.at_level("WARNING", logger="app.stages.results"):
+        run.run_to_end()
+    snapshots = run.results.streams()
+    report = RunReport(streams=snapshots, engine="fixed:test", elapsed_s=1.0)
+    missed = {s: run.ledger.counts(s).dropped_by_reason.get(DropReason.SUBSCRIBER_HWM, 0) for s in run.handed_over}
+    assert sum(missed.values()) == publisher.dropped_hwm == 2  # 7 detection messages, every third missed
+    for stream, handed_over in run.handed_over.items():
+        counts = run.ledger.counts(stream)
+        assert counts.published + counts.dropped == handed_over, stream  # each frame counted once
+        assert run.publisher.of(stream, "statuses")[-1]["dropped"] == counts.dropped == report.dropped[stream]
+        assert run.prometheus("detstream_frames_dropped_total", stream=stream,
+                              reason="subscriber_hwm") == missed[stream]
+    warnings = [r.getMessage() for r in caplog.records if "high-water mark" in r.getMessage()]
+    assert len(warnings) == 1 and "missed" in warnings[0], warnings

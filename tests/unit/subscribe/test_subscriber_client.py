@@ -130,3 +130,28 @@ def test_a_subscriber_reaches_a_publisher_on_ipv6_loopback():
         pub.publish_detections("cam", detection("cam", 0))
         reader.join(10)
     assert [m.seq for m in received] == [0]
+
+
+def test_a_reader_that_pauses_with_a_small_receive_queue_loses_nothing(publisher, endpoint):
+    """A full receive queue must not end the connection: the reader pauses 8 s, then gets every message in order."""
+    received: list[int] = []
+    with Subscriber(endpoint, topics=("det/",), rcvhwm=10) as sub:
+        def read() -> None:
+            for message in sub.iter_messages(timeout_s=20):
+                received.append(message.seq)
+                if len(received) == 18:
+                    time.sleep(8)  # longer than any heartbeat timeout; the queue of 10 is full meanwhile
+
+        reader = threading.Thread(target=read, name="test.reader")
+        reader.start()
+        assert publisher.wait_for_subscribers(1, 5.0)
+        total = 300
+        for seq in range(total):  # about 10 s at 30 messages/s
+            publisher.publish_detections("cam", detection("cam", seq, labels=("person",) * 30))
+            time.sleep(1 / 30)
+        deadline = time.monotonic() + 10
+        while len(received) < total and time.monotonic() < deadline:
+            time.sleep(0.05)
+        reader.join(20)
+    assert received == list(range(total)), f"{len(received)} received; unexplained gaps {sub.stats.unexplained_gaps}"
+    assert publisher.dropped_hwm == 0
