@@ -25,7 +25,8 @@ def small_clip(tmp_path_factory) -> Path:
 
 
 def _pipeline(clip: Path, max_sources: int = 3) -> tuple[Pipeline, MemoryPublisher]:
-    config = parse_config({"sources": [{"id": "steady", "url": str(clip), "loop": True, "realtime": True}],
+    config = parse_config({"sources": [{"id": "steady", "url": str(clip), "loop": True, "realtime": True,
+                                        "mode": "file"}],
                            "engine": {"max_batch": 4, "max_wait_ms": 2, "max_sources": max_sources},
                            "publish": {"startup_wait_s": 0}})
     publisher = MemoryPublisher()
@@ -52,7 +53,7 @@ def test_an_added_source_runs_and_a_removed_one_ends_as_removed_and_is_forgotten
         with pytest.raises(DuplicateSourceError):
             pipeline.add_source(SourceConfig(id="extra", url=str(small_clip)))
         pipeline.add_source(SourceConfig(id="third", url=str(small_clip), loop=True, realtime=True))
-        with pytest.raises(CapacityError, match="engine.max_sources"):
+        with pytest.raises(CapacityError, match=r"engine\.max_sources"):
             pipeline.add_source(SourceConfig(id="fourth", url=str(small_clip)))
         pipeline.remove_source("extra")
         final = publisher.of("extra", "statuses")[-1]
