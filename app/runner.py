@@ -122,8 +122,7 @@ def _serve_http(config: DetstreamConfig, pipeline: Pipeline, view, args: argpars
 
     reload = (lambda: pipeline.reload(reread_config(args))) if args.config else None
     server = HttpServer(pipeline, view, config.http, reload=reload)
-    server.start()
-    print(f"detstream: live page at {server.url}", file=sys.stderr, flush=True)
+    server.start()  # logs the page's URL
     return server
 
 

@@ -61,6 +61,7 @@ class HttpServer:
         config = uvicorn.Config(app, host=settings.host, port=settings.port, access_log=False, log_config=None,
                                 lifespan="off", timeout_graceful_shutdown=1, limit_concurrency=MAX_CONNECTIONS,
                                 server_header=False)
+        logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # its start-up lines repeat ours
         self._server = _Server(config)
         self._thread = StageThread(self._server.run, "detstream.http")
 
@@ -74,7 +75,7 @@ class HttpServer:
                 raise ConfigError(f"http: cannot serve on {self.settings.host}:{self.settings.port} "
                                   "(address in use or not available)")
             time.sleep(0.02)
-        logger.debug("serving %s", self.url)
+        logger.info("live page on %s (API under /api)", self.url)
 
     @property
     def port(self) -> int:
