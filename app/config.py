@@ -342,7 +342,7 @@ class DetstreamConfig(StrictModel):
     tracking: Literal["none", "bytetrack"] = "none"
     duration_s: float | None = Field(None, gt=0, le=YEAR_S, description="stop after this many seconds")
     log: LogConfig = Field(default_factory=LogConfig)
-    http: HttpConfig = Field(default_factory=HttpConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig, description="the live page and the REST API (app.http)")
 
     @model_validator(mode="after")
     def _unique_ids(self) -> DetstreamConfig:

@@ -26,10 +26,11 @@ class HttpConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     enabled: bool = Field(False, description="serve the live page and the API")
-    host: str = Field("127.0.0.1", max_length=255)
+    host: str = Field("127.0.0.1", max_length=255, description="address to serve on; off loopback the token is "
+                      "required")
     port: int = Field(8080, ge=0, le=65535, description="0: any free port (tests)")
     view_fps: float = Field(5.0, gt=0, le=30.0, description="pictures per second drawn per watched source, at most")
-    jpeg_quality: int = Field(75, ge=10, le=100)
+    jpeg_quality: int = Field(75, ge=10, le=100, description="JPEG quality of the pictures")
     token_env: str = Field(DEFAULT_TOKEN_ENV, min_length=1, max_length=128,
                            description="environment variable holding the bearer token for the control routes")
     public_view: bool = Field(False, description="off loopback, serve the page and GET routes without the token")
