@@ -161,14 +161,17 @@ class _Hangups:
             self._previous = None
 
 
-def _apply_hangup(pipeline: Pipeline, args: argparse.Namespace) -> None:
+def _apply_hangup(pipeline: Pipeline, args: argparse.Namespace, view) -> None:
     if not args.config:
         logger.warning("SIGHUP: nothing to reload (no --config file)")
         return
     try:
-        pipeline.reload(reread_config(args))
+        diff = pipeline.reload(reread_config(args))
     except Exception as error:  # a bad file or a refused change must not end the run
         logger.error("SIGHUP: reload refused: %s", error)
+        return
+    for stream_id in diff.removed if view is not None else ():
+        view.forget(stream_id)
 
 
 def run_command(args: argparse.Namespace, stop: StopRequest | None = None) -> int:
@@ -202,7 +205,7 @@ def run_command(args: argparse.Namespace, stop: StopRequest | None = None) -> in
         web = _serve_http(config, pipeline, view, args)
         pipeline.start()
         drained = _wait(pipeline, config, interactive=False if args.no_progress else None,
-                        on_hangup=(hangups.pending, lambda: _apply_hangup(pipeline, args)))
+                        on_hangup=(hangups.pending, lambda: _apply_hangup(pipeline, args, view)))
     finally:
         hangups.uninstall()
         pipeline.stop()

@@ -210,8 +210,8 @@ class RunningSources:
         return config
 
     def _check_running(self) -> None:
-        if self._results is None or self._stopping.is_set():
-            raise NotRunningError("the pipeline is not running (starting or stopping)")
+        if self._results is None or self._stopping.is_set() or not self._results.alive:
+            raise NotRunningError("the pipeline is not running (starting, stopping or ended)")
 
 
 __all__ = ["REMOVE_TIMEOUT_S", "RunningSources"]

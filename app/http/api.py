@@ -16,7 +16,14 @@ Routes (JSON unless said otherwise)::
 Errors are ``{"error": message, "field": name-or-null}``: 422 a body or URL
 refused, 404 an unknown id, 409 a duplicate id, a full pipeline or one not
 running, 413 a body over ``http.max_body_bytes``, 401 a missing or wrong
-token. Source URLs are only ever shown masked (:func:`app.redact.redact_url`).
+token, 403 a request from another web origin. Source URLs are only ever shown
+masked (:func:`app.redact.redact_url`).
+
+Browsers: on loopback only ``Host: localhost``/``127.0.0.1``/``[::1]`` is
+served (a DNS-rebinding page cannot reach the API under its own name); a
+request whose ``Origin`` is not the server itself is refused (another site's
+page cannot add or remove cameras), and control bodies must be
+``application/json`` (which a cross-site form cannot send without a preflight).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -51,6 +59,12 @@ STATIC = resources.files("app.http") / "static"
 _STATIC_TYPES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
                  "style.css": "text/css; charset=utf-8"}
 BOUNDARY = "detstreamframe"
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def _host_name(host_header: str) -> str:
+    """The name part of a ``Host`` header (no port, no IPv6 brackets)."""
+    return (urlsplit(f"//{host_header}").hostname or "").lower()
 
 
 class ApiError(Exception):
@@ -80,6 +94,12 @@ def create_app(pipeline: Pipeline, view: ViewSink, settings: HttpConfig, *, toke
         return JSONResponse({"error": error.message, "field": error.field}, status_code=error.status)
 
     def authorize(request: Request, control: bool) -> None:
+        host = request.headers.get("host", "")
+        if settings.loopback and _host_name(host) not in LOOPBACK_NAMES:
+            raise ApiError(403, "on loopback only localhost, 127.0.0.1 or [::1] is served")
+        origin = request.headers.get("origin")
+        if origin is not None and urlsplit(origin).netloc != host:
+            raise ApiError(403, "requests from another web origin are refused")
         if token is None or (not control and settings.public_view):
             return
         given = request.headers.get("authorization", "")
@@ -87,6 +107,9 @@ def create_app(pipeline: Pipeline, view: ViewSink, settings: HttpConfig, *, toke
             raise ApiError(401, "a valid 'Authorization: Bearer <token>' header is required")
 
     async def read_json(request: Request) -> Any:
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind not in ("", "application/json"):
+            raise ApiError(415, "body: send JSON with 'Content-Type: application/json'", "body")
         declared = request.headers.get("content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > settings.max_body_bytes):
             raise ApiError(413, f"request body over {settings.max_body_bytes} bytes")

@@ -44,7 +44,8 @@ class Run:
         self.publisher = MemoryPublisher()
         self.view = ViewSink(lambda: self.pipeline.spec.class_names, view_fps=10)
         self.pipeline = Pipeline(config, engine=FixedEngine(), publisher=self.publisher, sinks=[self.view])
-        self.client = TestClient(create_app(self.pipeline, self.view, self.settings, token=token))
+        self.client = TestClient(create_app(self.pipeline, self.view, self.settings, token=token),
+                                 base_url="http://127.0.0.1:8080")
 
     def __enter__(self) -> Run:
         self.pipeline.start()
@@ -151,7 +152,7 @@ def test_control_routes_need_the_token_and_view_routes_too_unless_public(clips):
         ok = c.post("/api/sources", json=run.source("a"), headers={"Authorization": "Bearer t0k3n-xyz"})
         assert ok.status_code == 201
         run.client = TestClient(create_app(run.pipeline, run.view, run.settings.model_copy(
-            update={"public_view": False}), token="t0k3n-xyz"))
+            update={"public_view": False}), token="t0k3n-xyz"), base_url="http://127.0.0.1:8080")
         assert run.client.get("/api/sources").status_code == 401 and run.client.get("/").status_code == 401
         assert run.client.get("/api/sources", headers={"Authorization": "Bearer t0k3n-xyz"}).status_code == 200
 
@@ -170,6 +171,21 @@ def test_pictures_are_drawn_only_for_watched_sources_and_change(clips):
                            != one.headers["x-picture"])
         listed = c.get("/api/sources/steady").json()
         assert listed["fps"] > 0 and listed["p99_ms"] >= listed["p50_ms"] > 0
+
+
+def test_other_web_origins_and_rebound_host_names_are_refused(clips):
+    with Run(clips) as run:
+        c = run.client
+        evil = {"Origin": "http://evil.example"}
+        assert c.post("/api/sources", json=run.source("a"), headers=evil).status_code == 403
+        assert c.delete("/api/sources/steady", headers=evil).status_code == 403
+        assert c.get("/api/sources", headers={"Host": "evil.example:8080"}).status_code == 403
+        form = c.post("/api/sources", content=b'{"id": "a", "url": "rtsp://cam/x"}',
+                      headers={"Content-Type": "text/plain"})
+        assert form.status_code == 415
+        same = {"Origin": "http://127.0.0.1:8080"}
+        assert c.post("/api/sources", json=run.source("a"), headers=same).status_code == 201
+        assert c.get("/api/sources", headers={"Host": "localhost:8080"}).status_code == 200
 
 
 def _resources() -> tuple[int, int, int]:

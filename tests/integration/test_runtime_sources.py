@@ -82,10 +82,10 @@ def test_max_fps_changes_without_a_restart_and_other_fields_restart_the_source(s
         before = len(publisher.of("steady"))
         time.sleep(1.0)
         assert len(publisher.of("steady")) - before <= 8, "decimated to about 5 fps"
-        config, restarted = pipeline.update_source("steady", {"loop": False})
-        assert restarted and pipeline.source_configs()["steady"].loop is False
         with pytest.raises(ValueError, match="max_fps"):
             pipeline.update_source("steady", {"max_fps": -1})
+        config, restarted = pipeline.update_source("steady", {"loop": False})
+        assert restarted and pipeline.source_configs()["steady"].loop is False
     finally:
         pipeline.stop()
         assert pipeline.wait(30)
