@@ -84,6 +84,7 @@ class ViewSink(ResultSink):
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._closed = False
+        self._drawing = 0
         self._thread = StageThread(self._run, "detstream.view")
 
     # -- the pipeline's side ---------------------------------------------------
@@ -100,7 +101,8 @@ class ViewSink(ResultSink):
                 stream = self._streams[meta.stream_id] = _Stream()
             stream.times.append(now)
             stream.latencies.append((now - meta.t_captured) * 1e3)
-            if meta.image is None or not self._watched(stream, now) or now - stream.last_taken < self._interval_s:
+            if meta.image is None or not self._watched(stream, now) or \
+                    now - stream.last_taken < self._interval_s - 1e-3:  # 1 ms: a 10 fps source halves exactly
                 return
             stream.last_taken = now
             self._pending[meta.stream_id] = result  # a picture not drawn yet is replaced, not queued
@@ -129,6 +131,12 @@ class ViewSink(ResultSink):
         """Someone polls ``stream_id``'s snapshots: keep drawing it for :data:`WATCH_HOLD_S`."""
         with self._lock:
             self._streams.setdefault(stream_id, _Stream()).watched_until = self._clock() + WATCH_HOLD_S
+
+    @property
+    def waiting(self) -> int:
+        """Pictures taken but not drawn and stored yet (at most two per source)."""
+        with self._lock:
+            return len(self._pending) + self._drawing
 
     def picture(self, stream_id: str) -> Picture | None:
         with self._lock:
@@ -168,15 +176,17 @@ class ViewSink(ResultSink):
                 if self._closed:
                     return
                 pending, self._pending = self._pending, {}
+                self._drawing = len(pending)
             for stream_id, result in pending.items():
                 try:
                     jpeg = self._encode(result)
                 except Exception:
+                    jpeg = None
                     logger.exception("view: drawing a picture of %s failed", stream_id)
-                    continue
                 with self._lock:
+                    self._drawing -= 1
                     stream = self._streams.get(stream_id)
-                    if stream is not None:
+                    if stream is not None and jpeg is not None:
                         number = stream.picture.number + 1 if stream.picture is not None else 1
                         stream.picture = Picture(jpeg, result.meta.seq, number)
 
