@@ -10,7 +10,8 @@
         ├── UnknownSourceError    no source has this id (404)
         ├── DuplicateSourceError  a source has this id already (409)
         ├── CapacityError         ``engine.max_sources`` sources run already (409)
-        └── NotRunningError       before start, or stopping (409)
+        ├── NotRunningError       before start, or stopping (409)
+        └── RestartNeededError    zones or lines added or changed: they are set up at start (409)
 """
 
 from __future__ import annotations
@@ -45,6 +46,14 @@ class CapacityError(ControlError):
 
 class NotRunningError(ControlError):
     pass
+
+
+class RestartNeededError(ControlError):
+    pass
+
+
+ANALYTICS_FIELDS = frozenset({"zones", "lines"})
+"""Source fields the detector sets up once, at start (:class:`app.analytics.engine.Analytics`)."""
 
 
 @dataclass(frozen=True)
@@ -82,5 +91,6 @@ def changed_fields(old: SourceConfig, new: SourceConfig) -> set[str]:
     return {name for name in after if before.get(name) != after[name]}
 
 
-__all__ = ["LIVE_FIELDS", "CapacityError", "ControlError", "DuplicateSourceError", "NotRunningError",
-           "SourceDiff", "UnknownSourceError", "changed_fields", "diff_sources"]
+__all__ = ["ANALYTICS_FIELDS", "LIVE_FIELDS", "CapacityError", "ControlError", "DuplicateSourceError",
+           "NotRunningError", "RestartNeededError", "SourceDiff", "UnknownSourceError", "changed_fields",
+           "diff_sources"]

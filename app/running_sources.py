@@ -12,7 +12,9 @@ and every one leaves the other sources untouched:
   reason ``removed``) goes out after its last frame, and then the batcher, the
   results stage, the drop ledger and the metrics forget it.
 * update: ``max_fps`` and ``max_staleness_ms`` are applied in place; any other
-  change restarts that one source.
+  change restarts that one source. Zones and lines are set up with the
+  detector at start: a source added with them, or a change to them, is
+  refused (:class:`app.control.RestartNeededError`).
 * reload: the difference with a re-read config, as the three operations above.
 """
 
@@ -28,10 +30,12 @@ from typing import Any
 from app.batcher import Batcher
 from app.config import DetstreamConfig, SourceConfig, SourceMode, derive_source_id
 from app.control import (
+    ANALYTICS_FIELDS,
     LIVE_FIELDS,
     CapacityError,
     DuplicateSourceError,
     NotRunningError,
+    RestartNeededError,
     SourceDiff,
     UnknownSourceError,
     changed_fields,
@@ -95,6 +99,7 @@ class RunningSources:
                 config = config.model_copy(update={"id": derive_source_id(config.url, len(self._configs))})
             if config.id in self._configs:
                 raise DuplicateSourceError(f"source {config.id!r} exists already")
+            _check_no_regions(config)
             if len(self._configs) >= self.capacity:
                 raise CapacityError(f"full: {self.capacity} sources run already (engine.max_sources); "
                                     f"remove one or restart with a larger engine.max_sources")
@@ -120,6 +125,7 @@ class RunningSources:
             if "id" in changes and changes["id"] != stream_id:
                 raise ValueError("id: a source's id cannot change (remove it and add another)")
             new = SourceConfig.model_validate({**old.model_dump(exclude_unset=True), **changes, "id": stream_id})
+            _check_same_regions(old, new)
             return new, self._apply(old, new)
 
     def reload(self, config: DetstreamConfig) -> SourceDiff:
@@ -127,6 +133,10 @@ class RunningSources:
         with self._lock:
             self._check_running()
             diff = diff_sources(self._configs, config.sources)
+            for new in diff.added:
+                _check_no_regions(new)
+            for stream_id, new in diff.changed.items():
+                _check_same_regions(self._configs[stream_id], new)
             needed = len(self._configs) - len(diff.removed) + len(diff.added)
             if needed > self.capacity:
                 raise CapacityError(f"full: the config has {needed} sources, the run holds {self.capacity} "
@@ -212,6 +222,19 @@ class RunningSources:
     def _check_running(self) -> None:
         if self._results is None or self._stopping.is_set() or not self._results.alive:
             raise NotRunningError("the pipeline is not running (starting, stopping or ended)")
+
+
+def _check_no_regions(config: SourceConfig) -> None:
+    if config.zones or config.lines:
+        raise RestartNeededError(f"source {config.id!r}: zones and lines are set up at start; add this source to "
+                                 "the config file and restart, or add it without them")
+
+
+def _check_same_regions(old: SourceConfig, new: SourceConfig) -> None:
+    changed = sorted(changed_fields(old, new) & ANALYTICS_FIELDS)
+    if changed:
+        raise RestartNeededError(f"source {old.id!r}: {' and '.join(changed)} are set up at start; a change to "
+                                 "them takes a restart")
 
 
 __all__ = ["REMOVE_TIMEOUT_S", "RunningSources"]

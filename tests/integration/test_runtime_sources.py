@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from app.config import SourceConfig, parse_config
-from app.control import CapacityError, DuplicateSourceError, UnknownSourceError
+from app.control import CapacityError, DuplicateSourceError, RestartNeededError, UnknownSourceError
 from app.pipeline import Pipeline
 from tests.fakes import FixedEngine, MemoryPublisher
 
@@ -84,6 +84,11 @@ def test_max_fps_changes_without_a_restart_and_other_fields_restart_the_source(s
         assert len(publisher.of("steady")) - before <= 8, "decimated to about 5 fps"
         with pytest.raises(ValueError, match="max_fps"):
             pipeline.update_source("steady", {"max_fps": -1})
+        line = {"name": "door", "points": [[0, 0], [10, 10]]}
+        with pytest.raises(RestartNeededError, match="lines are set up at start"):
+            pipeline.update_source("steady", {"lines": [line]})
+        with pytest.raises(RestartNeededError, match="zones and lines are set up at start"):
+            pipeline.add_source(SourceConfig(id="zoned", url=str(small_clip), lines=[line]))
         config, restarted = pipeline.update_source("steady", {"loop": False})
         assert restarted and pipeline.source_configs()["steady"].loop is False
     finally:
