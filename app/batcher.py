@@ -17,6 +17,12 @@ flight), so a bursting camera cannot take the ring from the others; batches
 take one frame per stream per pass, round-robin, starting after the stream
 that went first last time.
 
+Runtime streams: :meth:`Batcher.add_stream` may be called while batches
+are taken (a source added to a running pipeline); :meth:`remove_stream`
+forgets a stream once it has ended and its slots are back, and
+:meth:`set_quota` changes every stream's share when the count changes.
+With no stream left, batching waits for new ones until :meth:`finish`.
+
 Shapes: with rectangular letterboxing, frames of cameras with different
 aspect ratios have different input sizes. A batch holds one size only (the
 size of its first frame); a frame of another size waits for a later batch,
@@ -75,15 +81,56 @@ class Batcher:
         self._streams: dict[str, _Stream] = {}
         self._order: list[str] = []
         self._next = 0
+        self._finishing = False
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
 
     # -- registration ------------------------------------------------------
     def add_stream(self, stream_id: str, live: bool, max_staleness_s: float = 0.5) -> None:
+        """Register a stream; also while batches are taken (it joins the rotation at its end)."""
+        self._drops.add_stream(stream_id)
         with self._lock:
+            if stream_id in self._streams:
+                raise ValueError(f"stream {stream_id!r} is registered already")
             self._streams[stream_id] = _Stream(stream_id, live, max_staleness_s)
             self._order.append(stream_id)
-        self._drops.add_stream(stream_id)
+
+    def remove_stream(self, stream_id: str) -> None:
+        """Forget an ended stream: closed, nothing waiting, no slot held (its last frames are through)."""
+        with self._changed:
+            stream = self._streams.get(stream_id)
+            if stream is None:
+                return
+            if not stream.closed or stream.ready or stream.held:
+                raise ValueError(f"stream {stream_id!r} still holds frames (closed={stream.closed}, "
+                                 f"waiting={len(stream.ready)}, held={stream.held})")
+            del self._streams[stream_id]
+            self._order.remove(stream_id)
+            self._next = self._next % max(1, len(self._order))
+            self._changed.notify_all()
+
+    def set_staleness(self, stream_id: str, max_staleness_s: float) -> None:
+        """Change how old a live frame of ``stream_id`` may be when batched; applies to frames waiting now."""
+        with self._lock:
+            self._streams[stream_id].max_staleness_s = max_staleness_s
+
+    def set_quota(self, quota: int) -> None:
+        """Slots each stream may hold; a stream above a lowered quota just waits until it is below."""
+        with self._changed:
+            self.quota = max(1, quota)
+            self._changed.notify_all()
+
+    def finish(self) -> None:
+        """No stream will be added any more: with none left, :meth:`next_batch` ends the run."""
+        with self._changed:
+            self._finishing = True
+            self._changed.notify_all()
+
+    def held(self, stream_id: str) -> int:
+        """Slots ``stream_id`` holds now (filling, waiting or in flight); 0 for an unknown stream."""
+        with self._lock:
+            stream = self._streams.get(stream_id)
+            return stream.held if stream is not None else 0
 
     def close_stream(self, stream_id: str) -> None:
         """No more frames will come from this stream (end of file, failure, stop)."""
@@ -155,7 +202,9 @@ class Batcher:
         """Return slots to the ring once their frames are done (or given up)."""
         with self._changed:
             for slot in slots:
-                self._streams[slot.owner].held -= 1
+                owner = self._streams.get(slot.owner)
+                if owner is not None:
+                    owner.held -= 1
                 self.ring.transition(slot, SlotState.FREE)
             self._changed.notify_all()
 
@@ -230,9 +279,11 @@ class Batcher:
 
     def _all_closed(self) -> bool:
         """No more frames can arrive: waiting for the batch window would only add latency."""
-        return all(s.closed for s in self._streams.values())
+        return bool(self._streams) and all(s.closed for s in self._streams.values())
 
     def _all_done(self) -> bool:
+        if not self._streams:
+            return self._finishing
         return all(s.closed and not s.ready for s in self._streams.values())
 
     def waiting(self) -> int:

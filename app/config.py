@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from app.analytics.config import LineConfig, ZoneConfig, check_region_names
 from app.config_loading import format_validation_error, interpolate_env, shorten
 from app.errors import ConfigError
+from app.http.settings import HttpConfig
 from app.postprocess.layouts import LAYOUTS, known
 from app.redact import redact_url, register_secret
 
@@ -241,6 +242,9 @@ class EngineConfig(StrictModel):
         "fp16 as fp32, and says so); `int8` runs the model `detstream quantize` makes")
     ring_slots: int | None = Field(None, ge=2, le=4096,
                                    description="preallocated frame buffers; default from batch and sources")
+    max_sources: int | None = Field(None, ge=1, le=1024, description="sources a run may hold, those added at "
+                                    "runtime included (the ring is sized for them); default: the configured ones, plus "
+                                    "4 with `http.enabled`")
     tensorrt: TensorRTConfig = Field(default_factory=TensorRTConfig, description="TensorRT settings; the flat "
                                      "`engine.contexts`, `cuda_graphs`, `cache_dir`, `calib` of the previous release "
                                      "are still read into it, with a warning")
@@ -338,6 +342,7 @@ class DetstreamConfig(StrictModel):
     tracking: Literal["none", "bytetrack"] = "none"
     duration_s: float | None = Field(None, gt=0, le=YEAR_S, description="stop after this many seconds")
     log: LogConfig = Field(default_factory=LogConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig, description="the live page and the REST API (app.http)")
 
     @model_validator(mode="after")
     def _unique_ids(self) -> DetstreamConfig:

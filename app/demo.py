@@ -24,6 +24,7 @@ def demo_tree(clip_path: Path) -> dict:
         "engine": {"backend": "auto", "max_batch": 4, "max_wait_ms": 10},
         "publish": {"endpoint": "tcp://127.0.0.1:5555", "encoding": "json"},
         "annotate": {"dir": "out", "snapshots": 5},
+        "http": {"enabled": True, "host": "127.0.0.1", "port": 8080},
     }
 
 

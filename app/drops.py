@@ -80,6 +80,11 @@ class DropLedger:
         with self._lock:
             self._streams.setdefault(stream_id, _Stream())
 
+    def forget(self, stream_id: str) -> None:
+        """Stop counting ``stream_id`` (a source removed at runtime); a later :meth:`add_stream` starts at zero."""
+        with self._lock:
+            self._streams.pop(stream_id, None)
+
     def drop(self, stream_id: str, reason: DropReason, frames: int = 1) -> None:
         """``frames`` frames of ``stream_id`` will never be published, for ``reason``."""
         with self._lock:

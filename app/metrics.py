@@ -9,6 +9,7 @@ lives in :mod:`app.health`.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -95,9 +96,36 @@ class PipelineMetrics:
         occupancy = event.counts["labels"].get(event.label, {}).get("occupancy", 0)
         self.zone_occupancy.labels(stream=stream, zone=event.region, label=event.label).set(occupancy)
 
+    def remove(self, stream: str) -> None:
+        """Remove every series labelled ``stream=<stream>`` (a source removed at runtime): /metrics forgets it."""
+        self._decoded.pop(stream, None)
+        self._published.pop(stream, None)
+        for key in [key for key in self._dropped if key[0] == stream]:
+            del self._dropped[key]
+        for metric, names in ((self.frames_decoded, ("stream",)), (self.frames_published, ("stream",)),
+                              (self.frames_dropped, ("stream", "reason")), (self.reconnects, ("stream", "error_class")),
+                              (self.source_state, ("stream", "state")),
+                              (self.line_crossings, ("stream", "line", "direction", "label")),
+                              (self.zone_events, ("stream", "zone", "kind", "label")),
+                              (self.zone_occupancy, ("stream", "zone", "label"))):
+            for labels in _label_sets(metric, stream):
+                with contextlib.suppress(KeyError):  # removed meanwhile (two removals of one stream)
+                    metric.remove(*(labels[name] for name in names))
+
     def set_state(self, stream: str, state: SourceState) -> None:
         for each in SourceState:
             self.source_state.labels(stream=stream, state=each.value).set(1.0 if each is state else 0.0)
+
+
+def _label_sets(metric: Counter | Gauge, stream: str) -> list[dict[str, str]]:
+    """The label sets of ``metric``'s series for ``stream``, read through the public ``collect()``."""
+    seen: dict[tuple, dict[str, str]] = {}
+    for family in metric.collect():
+        for sample in family.samples:
+            if sample.labels.get("stream") == stream:
+                labels = {k: v for k, v in sample.labels.items() if k != "le"}
+                seen.setdefault(tuple(sorted(labels.items())), labels)
+    return list(seen.values())
 
 
 def _per_stream(children: dict[str, Counter], counter: Counter, stream: str) -> Counter:

@@ -5,6 +5,15 @@ Threads (one owner each, named ``detstream.<stage>[.<source>]``)::
     detstream.decode.<id>  ×N  ── Batcher/FrameRing ──▶ detstream.engine ──queue──▶ detstream.postprocess ──▶ Publisher
                                                                                      └──▶ ResultSinks (own threads)
 
+Sources may be added, removed and changed while the pipeline runs
+(:meth:`Pipeline.add_source`, :meth:`~Pipeline.remove_source`,
+:meth:`~Pipeline.update_source`, :meth:`~Pipeline.reload`), up to
+:attr:`Pipeline.capacity` (``engine.max_sources``): the ring is allocated for
+that many from the start, so an added source takes free slots and the running
+ones carry on untouched. A removed source's decoder thread ends, its last
+frames go through, its final status is ``ended`` with reason ``removed``,
+and then the batcher, the drop ledger and the metrics forget it.
+
 Shutdown is a feature: :meth:`Pipeline.stop` stops the sources; each closes
 its stream, the batcher drains, the engine stage sends its end sentinel, the
 postprocess stage publishes what is in flight and the final statuses, then
@@ -19,12 +28,13 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.batcher import Batcher
-from app.config import DetstreamConfig, SourceMode
+from app.config import DetstreamConfig, SourceConfig
+from app.control import NotRunningError, SourceDiff
 from app.drops import DropLedger, DropReason
 from app.engines import create_engine
 from app.engines.base import Engine
@@ -34,7 +44,7 @@ from app.models.store.registry import ensure_default_model, resolve_model
 from app.publish.base import Publisher, ResultSink
 from app.publish.zmq import ZmqPublisher
 from app.ring import FrameRing, aligned_empty
-from app.sources import create_source
+from app.running_sources import RunningSources
 from app.sources.base import FrameSource, SourceState, SourceStatus
 from app.stages.detect import Detector
 from app.stages.inference import InferenceStage
@@ -93,18 +103,40 @@ def load_spec(config: DetstreamConfig, models_dir: Path, cache_dir: Path | None)
                            layout_override=model.format, names_file=model.names_file)
 
 
+RUNTIME_HEADROOM = 4
+"""Sources that may be added at runtime when ``http.enabled`` and ``engine.max_sources`` is not set."""
+
+
+def source_capacity(config: DetstreamConfig) -> int:
+    """How many sources the run may hold at once: ``engine.max_sources``, else the configured ones (+ headroom)."""
+    configured = len(config.sources)
+    if config.engine.max_sources is not None:
+        return max(configured, config.engine.max_sources)
+    return configured + (RUNTIME_HEADROOM if config.http.enabled else 0)
+
+
+def _quota(config: DetstreamConfig, streams: int, engine_max_batch: int) -> int:
+    """Slots each of ``streams`` streams may hold: two engine batches shared out, at least three each."""
+    engine = config.engine
+    if engine.ring_slots:
+        return max(1, engine.ring_slots // streams)
+    return max(3, math.ceil(2 * min(engine.max_batch, engine_max_batch) / streams))
+
+
 def _ring_geometry(config: DetstreamConfig, engine_max_batch: int) -> tuple[int, int]:
     """(slots, per-stream quota): every stream is guaranteed its quota, so none can starve another.
 
     By default the ring holds two of the batches the engine really runs (one in flight, one filling),
-    and at least three frames per stream.
+    and at least three frames per stream, for :func:`source_capacity` streams (so a source added at
+    runtime finds its slots free); the quota is that of the configured streams.
     """
-    streams, engine = len(config.sources), config.engine
-    if engine.ring_slots:
-        quota = max(1, engine.ring_slots // streams)
-    else:
-        quota = max(3, math.ceil(2 * min(engine.max_batch, engine_max_batch) / streams))
-    return quota * streams, quota
+    streams, capacity = len(config.sources), source_capacity(config)
+    slots = max(_quota(config, n, engine_max_batch) * n for n in (streams, capacity))
+    return slots, _quota_within(config, slots, streams, engine_max_batch)
+
+
+def _quota_within(config: DetstreamConfig, slots: int, streams: int, engine_max_batch: int) -> int:
+    return max(1, min(_quota(config, streams, engine_max_batch), slots // max(1, streams)))
 
 
 def _use_rect(config: DetstreamConfig, engine: Engine) -> bool:
@@ -143,10 +175,13 @@ class Pipeline:
         self._ledger = DropLedger(self.metrics)
         for source_cfg in config.sources:
             self._ledger.add_stream(source_cfg.id)
+        self.capacity = source_capacity(config)
+        self._batcher: Batcher | None = None
+        self._running: RunningSources | None = None
+        self._spec: ModelSpec | None = None
         self._stop = threading.Event()
         self._force = threading.Event()
         self._statuses: queue.SimpleQueue[SourceStatus] = queue.SimpleQueue()
-        self._sources: list[FrameSource] = []
         self._sinks: list[ResultSink] = []
         self._results: ResultsStage | None = None
         self._inference: InferenceStage | None = None
@@ -176,15 +211,16 @@ class Pipeline:
         rect = _use_rect(cfg, engine)
         logger.info("model %s (%dx%d%s, %s) on %s", spec.name, spec.input_width, spec.input_height,
                     ", rectangular inputs" if rect else "", spec.layout, engine.backend)
-        batcher = self._build_batcher(spec, engine)
+        self._spec = spec
+        batcher = self._batcher = self._build_batcher(spec, engine)
         sinks = [*build_sinks(cfg, spec, self._total_frames), *self._extra_sinks]
-        keep_image = any(sink.needs_image for sink in sinks)
-        for source_cfg in cfg.sources:
-            live = source_cfg.effective_mode is SourceMode.LIVE
-            batcher.add_stream(source_cfg.id, live, source_cfg.max_staleness_ms / 1e3)
-            self._sources.append(create_source(source_cfg, batcher, self._statuses.put,
-                                               input_hw=(spec.input_height, spec.input_width), stride=spec.stride,
-                                               rect=rect, pixel_scale=spec.scale, keep_image=keep_image))
+        source_args = dict(input_hw=(spec.input_height, spec.input_width), stride=spec.stride, rect=rect,
+                           pixel_scale=spec.scale, keep_image=any(sink.needs_image for sink in sinks))
+        max_batch = max(engine.batch_sizes)
+        self._running = RunningSources(
+            list(cfg.sources), capacity=self.capacity, batcher=batcher, statuses=self._statuses, ledger=self._ledger,
+            metrics=self.metrics, source_args=source_args, stopping=self._stop,
+            quota_for=lambda n: _quota_within(cfg, len(batcher.ring), n, max_batch))
         for sink in sinks:
             sink.start()
             self._sinks.append(sink)
@@ -198,10 +234,11 @@ class Pipeline:
         remaining = cfg.publish.startup_wait_s - (time.monotonic() - t_bound)
         if remaining > 0:
             self._publisher.wait_for_subscribers(1, remaining)
+        self._running.attach(self._results)
         self._results.start()
         self._inference.start()
         self._started_at = time.monotonic()
-        for source in self._sources:
+        for source in self._running.sources():
             if self._stop.is_set():  # a signal came while the engine loaded: end at once, publish 'ended'
                 source.stop()
             source.start()
@@ -227,12 +264,24 @@ class Pipeline:
         return aligned_empty if allocator is None else allocator
 
     def _total_frames(self, stream_id: str) -> int | None:
-        return next((s.total_frames for s in self._sources if s.stream_id == stream_id), None)
+        source = self._running.get(stream_id) if self._running is not None else None
+        return source.total_frames if source is not None else None
 
     # -- public state (read-only; any thread) ---------------------------------
     @property
     def sources(self) -> list[FrameSource]:
-        return list(self._sources)
+        return self._running.sources() if self._running is not None else []
+
+    def source_configs(self) -> dict[str, SourceConfig]:
+        """The config of every source running now (configured or added), by id; the configured ones before start."""
+        if self._running is None:
+            return {s.id: s for s in self.config.sources}
+        return self._running.configs()
+
+    @property
+    def spec(self) -> ModelSpec | None:
+        """The model's spec (class names, input size), once :meth:`start` has loaded it."""
+        return self._spec
 
     @property
     def publisher(self) -> Publisher | None:
@@ -271,8 +320,10 @@ class Pipeline:
         self._stop.set()
         if self._results is not None and not self.done():
             logger.info("stopping: draining frames in flight")
-        for source in self._sources:
+        for source in self.sources:
             source.stop()
+        if self._batcher is not None:
+            self._batcher.finish()
 
     def force_stop(self) -> None:
         """Give up on draining (second signal, or the drain took too long)."""
@@ -294,7 +345,7 @@ class Pipeline:
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Join every thread (bounded) and release the engine; after :meth:`wait` or :meth:`force_stop`."""
-        for source in self._sources:
+        for source in self.sources:
             source.join(timeout_s)
         for sink in self._sinks:
             sink.close()
@@ -303,6 +354,32 @@ class Pipeline:
             return  # releasing a session under a running inference aborts the process
         if self._engine is not None:
             self._engine.close()
+
+    # -- runtime control (any thread; one operation at a time) -----------------
+    def add_source(self, source: SourceConfig) -> SourceConfig:
+        """Start another source while running; :class:`app.control.ControlError` when refused."""
+        return self._control().add(source)
+
+    def remove_source(self, stream_id: str) -> None:
+        """Stop and forget one source; its last status is ``ended`` with reason ``removed``."""
+        self._control().remove(stream_id)
+
+    def update_source(self, stream_id: str, changes: Mapping[str, object]) -> tuple[SourceConfig, bool]:
+        """Change one source's fields: (its new config, whether it had to be restarted)."""
+        return self._control().update(stream_id, changes)
+
+    def reload(self, config: DetstreamConfig) -> SourceDiff:
+        """Apply the sources of a re-read config (added, removed, changed); other sections need a restart."""
+        ignored = [name for name in type(config).model_fields
+                   if name != "sources" and getattr(config, name) != getattr(self.config, name)]
+        if ignored:
+            logger.warning("reload: changes to %s take effect at the next start", ", ".join(ignored))
+        return self._control().reload(config)
+
+    def _control(self) -> RunningSources:
+        if self._running is None:
+            raise NotRunningError("the pipeline is not running yet")
+        return self._running
 
     def report(self) -> RunReport:
         return RunReport(streams=self.streams(), engine=self._engine.backend if self._engine else "",

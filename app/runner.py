@@ -2,7 +2,12 @@
 
 Runs on the main thread, which also owns signal handling and the progress
 display. First SIGINT/SIGTERM: stop sources, drain, publish, exit 0. Second:
-exit at once (130).
+exit at once (130). SIGHUP re-reads the config file (``--config``) and applies
+the difference in sources (:meth:`app.pipeline.Pipeline.reload`), on the main
+thread between progress updates; ``POST /api/reload`` does the same.
+
+With ``http.enabled`` the live page and API (:mod:`app.http`) are served from
+before the model loads until the run ends.
 """
 
 from __future__ import annotations
@@ -11,7 +16,9 @@ import argparse
 import logging
 import os
 import re
+import signal
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -108,6 +115,65 @@ def _serve_metrics(config: DetstreamConfig, pipeline: Pipeline):
     return server
 
 
+def _serve_http(config: DetstreamConfig, pipeline: Pipeline, view, args: argparse.Namespace):
+    if view is None:
+        return None
+    from app.http.server import HttpServer
+
+    reload = (lambda: pipeline.reload(reread_config(args))) if args.config else None
+    server = HttpServer(pipeline, view, config.http, reload=reload)
+    server.start()  # logs the page's URL
+    return server
+
+
+def _view_sink(config: DetstreamConfig, pipeline_spec):
+    """The live page's picture sink when ``http.enabled`` (class names read once the model is loaded)."""
+    if not config.http.enabled:
+        return None
+    from app.http.view import ViewSink
+
+    return ViewSink(lambda: pipeline_spec().class_names, config.http.view_fps, config.http.jpeg_quality)
+
+
+def reread_config(args: argparse.Namespace) -> DetstreamConfig:
+    """The config file read again, with the same command-line overrides and shard as at start."""
+    config = _select_shard(build_config(args), args.shard)
+    if config is None:
+        raise ConfigError("reload: no source of the re-read config falls in this shard")
+    return config
+
+
+class _Hangups:
+    """SIGHUP requests a reload; the main loop applies it (a signal handler only sets a flag)."""
+
+    def __init__(self) -> None:
+        self.pending = threading.Event()
+        self._previous = None
+
+    def install(self) -> _Hangups:
+        if hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGHUP, lambda signum, frame: self.pending.set())
+        return self
+
+    def uninstall(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGHUP, self._previous)
+            self._previous = None
+
+
+def _apply_hangup(pipeline: Pipeline, args: argparse.Namespace, view) -> None:
+    if not args.config:
+        logger.warning("SIGHUP: nothing to reload (no --config file)")
+        return
+    try:
+        diff = pipeline.reload(reread_config(args))
+    except Exception as error:  # a bad file or a refused change must not end the run
+        logger.error("SIGHUP: reload refused: %s", error)
+        return
+    for stream_id in diff.removed if view is not None else ():
+        view.forget(stream_id)
+
+
 def run_command(args: argparse.Namespace, stop: StopRequest | None = None) -> int:
     """``stop``: the process's signal handling when ``python -m app`` installed it first; else installed here."""
     stop = stop or StopRequest().install()
@@ -126,18 +192,26 @@ def run_command(args: argparse.Namespace, stop: StopRequest | None = None) -> in
     _one_thread_per_stage()
     from app.pipeline import Pipeline
 
-    pipeline = Pipeline(config, models_dir=args.models_dir)
+    view = _view_sink(config, lambda: pipeline.spec)  # called once frames flow: `pipeline` is bound by then
+    pipeline = Pipeline(config, models_dir=args.models_dir, sinks=[view] if view is not None else ())
     stop.attach(pipeline)
     if stop.requested:  # nothing bound yet, so nothing to publish
         return 0
     # Before the model loads: a busy port fails fast, and /healthz answers "starting" meanwhile.
     server = _serve_metrics(config, pipeline)
+    hangups = _Hangups().install()
+    web = None
     try:
+        web = _serve_http(config, pipeline, view, args)
         pipeline.start()
-        drained = _wait(pipeline, config, interactive=False if args.no_progress else None)
+        drained = _wait(pipeline, config, interactive=False if args.no_progress else None,
+                        on_hangup=(hangups.pending, lambda: _apply_hangup(pipeline, args, view)))
     finally:
+        hangups.uninstall()
         pipeline.stop()
         pipeline.close()
+        if web is not None:
+            web.stop()
         if server is not None:
             server.stop()
     return _exit_code(pipeline, drained)
@@ -155,16 +229,24 @@ def _one_thread_per_stage() -> None:
     cv2.setNumThreads(1)
 
 
-def _wait(pipeline: Pipeline, config: DetstreamConfig, interactive: bool | None) -> bool:
-    """Show progress until the run ends; False when the drain had to be forced (frames may be lost)."""
+def _wait(pipeline: Pipeline, config: DetstreamConfig, interactive: bool | None, on_hangup=None) -> bool:
+    """Show progress until the run ends; False when the drain had to be forced (frames may be lost).
+
+    ``on_hangup``: (an event a SIGHUP sets, what to do then), run here on the main thread.
+    """
     from app.stages.progress import ProgressReporter
 
-    sources = {s.stream_id: s for s in pipeline.sources}
+    def total_frames(stream_id: str) -> int | None:
+        source = next((s for s in pipeline.sources if s.stream_id == stream_id), None)
+        return source.total_frames if source is not None else None
+
     started = time.monotonic()
     stop_at = None
-    with ProgressReporter(pipeline.streams, lambda sid: sources[sid].total_frames,
-                          interactive=interactive) as progress:
+    with ProgressReporter(pipeline.streams, total_frames, interactive=interactive) as progress:
         while not pipeline.done():
+            if on_hangup is not None and on_hangup[0].is_set() and not pipeline.stopping:
+                on_hangup[0].clear()
+                on_hangup[1]()
             progress.update()
             now = time.monotonic()
             if config.duration_s is not None and now - started >= config.duration_s:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages detstream's set-up needs, only when missing.
 #   system_deps.sh demo   apt package lists (the demo clip comes from `apt-get download opencv-doc`)
-#   system_deps.sh test   + ffmpeg and GStreamer's RTSP server for the system python3 (integration tests)
+#   system_deps.sh test   + ffmpeg, GStreamer's RTSP server for the system python3 (integration tests)
+#                         and chromium (the live page's browser test drives it with Playwright)
 set -euo pipefail
 what=${1:-test}
 SUDO=""
@@ -11,6 +12,7 @@ fi
 need=()
 if [ "$what" = test ]; then
   command -v ffmpeg >/dev/null || need+=(ffmpeg)
+  command -v chromium >/dev/null || need+=(chromium)
   # Every element scripts/rtsp_server.py launches, not just the server library: timeoverlay comes with
   # gstreamer1.0-x on Debian (a mere recommends, which --no-install-recommends skips).
   /usr/bin/python3 - <<'PY' 2>/dev/null || need+=(python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base \

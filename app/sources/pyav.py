@@ -112,6 +112,10 @@ class PyAVSource(FrameSource):
             if self._thread.ident is not None and not self._finished:
                 interrupt.request(self._thread.ident)
 
+    def set_max_fps(self, max_fps: float | None) -> None:
+        """Change decimation from the next frame on, without reconnecting (one attribute write)."""
+        self._decimator.interval_s = 1.0 / max_fps if max_fps else 0.0
+
     def join(self, timeout_s: float | None = None) -> bool:
         if self._thread.ident is None:
             return True

@@ -63,6 +63,10 @@ class ProgressReporter:
         now = time.monotonic()
         self._streams = self._snapshot()
         for sid, stream in self._streams.items():
+            if sid not in self._last:  # a source added at runtime
+                self._last[sid], self._fps[sid] = (now, stream.published), 0.0
+                if self._bar is not None:
+                    self._tasks[sid] = self._bar.add_task(sid, total=None, info="")
             t0, n0 = self._last[sid]
             if now - t0 >= 1.0:
                 self._fps[sid] = (stream.published - n0) / (now - t0)
@@ -78,4 +82,4 @@ class ProgressReporter:
         for sid, stream in self._streams.items():
             total = self._totals(sid)
             logger.info("%s: %d/%s frames  %s", sid, stream.published, total if total else "?",
-                        _summary(stream, self._fps[sid]))
+                        _summary(stream, self._fps.get(sid, 0.0)))

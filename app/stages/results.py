@@ -134,6 +134,14 @@ class ResultsStage:
         failures = {sink.name: sink.failure for sink in self._all_sinks if sink.failure}
         return {**failures, **self._detached}
 
+    def add_stream(self, stream_id: str, live: bool) -> None:
+        """Track a source added at runtime; any thread (the dict is replaced, never changed in place)."""
+        self._streams = {**self._streams, stream_id: _Stream(live)}
+
+    def remove_stream(self, stream_id: str) -> None:
+        """Forget a removed source once its terminal status is out; any thread."""
+        self._streams = {sid: s for sid, s in self._streams.items() if sid != stream_id}
+
     def streams(self) -> dict[str, StreamSnapshot]:
         """A snapshot of every stream; safe from any thread."""
         return {sid: self._snapshot(sid, stream) for sid, stream in list(self._streams.items())}
@@ -283,7 +291,9 @@ class ResultsStage:
         self._publish_events(stream_id, lost, max(self._streams[stream_id].last_seq, 0), None, time.time())
 
     def _send_status(self, stream_id: str) -> None:
-        s = self._streams[stream_id]
+        s = self._streams.get(stream_id)
+        if s is None:  # removed at runtime after its terminal status (a heartbeat's list was older)
+            return
         payload = status_payload(stream_id, s.state.value, s.reason, s.attempt, s.retry_in_s, frames=s.last_seq + 1,
                                  dropped=self._ledger.dropped(stream_id), at=time.time())
         self._publisher.publish_status(stream_id, payload)

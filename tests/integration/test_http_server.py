@@ -1,0 +1,74 @@
+"""HttpServer: uvicorn on its own thread serving MJPEG to a real HTTP client, a busy port, and a clean stop."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.config import parse_config
+from app.errors import ConfigError
+from app.http.server import HttpServer
+from app.http.settings import HttpConfig
+from app.http.view import ViewSink
+from app.pipeline import Pipeline
+from tests.fakes import FixedEngine, MemoryPublisher
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("clips") / "small.mp4"
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc=size=160x120:rate=25",
+                    "-frames:v", "40", "-c:v", "libx264", "-pix_fmt", "yuv420p", str(path)], check=True, timeout=60)
+    return path
+
+
+def test_mjpeg_pictures_reach_a_client_and_the_server_stops_with_the_stream_open(clip):
+    config = parse_config({"sources": [{"id": "s", "url": str(clip), "loop": True, "realtime": True}],
+                           "engine": {"max_batch": 2, "max_wait_ms": 2}, "publish": {"startup_wait_s": 0}})
+    view = ViewSink(lambda: pipeline.spec.class_names, view_fps=10)
+    pipeline = Pipeline(config, engine=FixedEngine(), publisher=MemoryPublisher(), sinks=[view])
+    server = HttpServer(pipeline, view, HttpConfig(enabled=True, port=0))
+    server.start()
+    try:
+        pipeline.start()
+        parts = 0
+        with httpx.stream("GET", server.url + "api/sources/s/stream.mjpg", timeout=10) as reply:
+            assert reply.headers["content-type"].startswith("multipart/x-mixed-replace")
+            buffer = b""
+            deadline = time.monotonic() + 10
+            for chunk in reply.iter_bytes():
+                buffer += chunk
+                parts = buffer.count(b"Content-Type: image/jpeg")
+                if parts >= 3 or time.monotonic() > deadline:
+                    break
+        assert parts >= 3 and b"\xff\xd8" in buffer
+        opened = threading.Thread(target=lambda: httpx.get(server.url + "api/sources/s/stream.mjpg", timeout=3),
+                                  daemon=True)
+        opened.start()
+        time.sleep(0.3)
+    finally:
+        started = time.monotonic()
+        server.stop()
+        pipeline.stop()
+        pipeline.wait(20)
+        pipeline.close()
+        view.close()
+    assert time.monotonic() - started < 8, "an open picture stream does not hold the stop"
+
+
+def test_a_busy_port_is_a_config_error_naming_the_address():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        config = parse_config({"sources": [{"url": "/c/a.mp4"}]})
+        pipeline = Pipeline(config, engine=FixedEngine(), publisher=MemoryPublisher())
+        server = HttpServer(pipeline, ViewSink(lambda: ()), HttpConfig(enabled=True, port=port))
+        with pytest.raises(ConfigError, match=f"127.0.0.1:{port}"):
+            server.start()

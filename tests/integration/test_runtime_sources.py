@@ -1,0 +1,117 @@
+"""Sources added, changed and removed while the pipeline runs (in-process, fake engine)."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client import generate_latest
+
+from app.config import SourceConfig, parse_config
+from app.control import CapacityError, DuplicateSourceError, RestartNeededError, UnknownSourceError
+from app.pipeline import Pipeline
+from tests.fakes import FixedEngine, MemoryPublisher
+
+
+@pytest.fixture(scope="module")
+def small_clip(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("clips") / "small.mp4"
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc=size=160x120:rate=25",
+                    "-frames:v", "40", "-c:v", "libx264", "-pix_fmt", "yuv420p", str(path)], check=True, timeout=60)
+    return path
+
+
+def _pipeline(clip: Path, max_sources: int = 3) -> tuple[Pipeline, MemoryPublisher]:
+    config = parse_config({"sources": [{"id": "steady", "url": str(clip), "loop": True, "realtime": True,
+                                        "mode": "file"}],
+                           "engine": {"max_batch": 4, "max_wait_ms": 2, "max_sources": max_sources},
+                           "publish": {"startup_wait_s": 0}})
+    publisher = MemoryPublisher()
+    pipeline = Pipeline(config, engine=FixedEngine(), publisher=publisher)
+    pipeline.start()
+    return pipeline, publisher
+
+
+def _wait_until(predicate, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_an_added_source_runs_and_a_removed_one_ends_as_removed_and_is_forgotten(small_clip):
+    pipeline, publisher = _pipeline(small_clip)
+    try:
+        added = pipeline.add_source(SourceConfig(id="extra", url=str(small_clip), loop=True, realtime=True))
+        assert added.id == "extra"
+        assert _wait_until(lambda: len(publisher.of("extra")) >= 5), "the added source publishes within 10 s"
+        with pytest.raises(DuplicateSourceError):
+            pipeline.add_source(SourceConfig(id="extra", url=str(small_clip)))
+        pipeline.add_source(SourceConfig(id="third", url=str(small_clip), loop=True, realtime=True))
+        with pytest.raises(CapacityError, match=r"engine\.max_sources"):
+            pipeline.add_source(SourceConfig(id="fourth", url=str(small_clip)))
+        pipeline.remove_source("extra")
+        final = publisher.of("extra", "statuses")[-1]
+        assert final["state"] == "ended" and final["reason"] == "removed"
+        assert "extra" not in pipeline.streams() and "extra" not in pipeline.source_configs()
+        assert 'stream="extra"' not in generate_latest(pipeline.metrics.registry).decode()
+        assert not any(t.name == "detstream.decode.extra" for t in threading.enumerate())
+        with pytest.raises(UnknownSourceError):
+            pipeline.remove_source("extra")
+        pipeline.add_source(SourceConfig(id="extra", url=str(small_clip), loop=True, realtime=True))
+        assert _wait_until(lambda: pipeline.streams().get("extra") is not None
+                           and pipeline.streams()["extra"].published > 0)
+    finally:
+        pipeline.stop()
+        assert pipeline.wait(30)
+        pipeline.close()
+    steady = [d["seq"] for d in publisher.of("steady")]
+    assert steady == list(range(len(steady))), "the steady (lossless) source lost no frame to the changes"
+
+
+def test_max_fps_changes_without_a_restart_and_other_fields_restart_the_source(small_clip):
+    pipeline, publisher = _pipeline(small_clip)
+    try:
+        config, restarted = pipeline.update_source("steady", {"max_fps": 5, "max_staleness_ms": 800})
+        assert not restarted and config.max_fps == 5 and pipeline.source_configs()["steady"].max_staleness_ms == 800
+        before = len(publisher.of("steady"))
+        time.sleep(1.0)
+        assert len(publisher.of("steady")) - before <= 8, "decimated to about 5 fps"
+        with pytest.raises(ValueError, match="max_fps"):
+            pipeline.update_source("steady", {"max_fps": -1})
+        line = {"name": "door", "points": [[0, 0], [10, 10]]}
+        with pytest.raises(RestartNeededError, match="lines are set up at start"):
+            pipeline.update_source("steady", {"lines": [line]})
+        with pytest.raises(RestartNeededError, match="zones and lines are set up at start"):
+            pipeline.add_source(SourceConfig(id="zoned", url=str(small_clip), lines=[line]))
+        config, restarted = pipeline.update_source("steady", {"loop": False})
+        assert restarted and pipeline.source_configs()["steady"].loop is False
+    finally:
+        pipeline.stop()
+        assert pipeline.wait(30)
+        pipeline.close()
+
+
+def test_reload_applies_only_the_difference(small_clip):
+    pipeline, publisher = _pipeline(small_clip)
+    try:
+        new = pipeline.config.model_dump(mode="json", exclude_unset=True)
+        new["sources"] = [{**new["sources"][0], "max_fps": 10}, {"id": "b", "url": str(small_clip), "loop": True}]
+        diff = pipeline.reload(parse_config(new))
+        assert [s.id for s in diff.added] == ["b"] and not diff.removed and list(diff.changed) == ["steady"]
+        assert _wait_until(lambda: len(publisher.of("b")) > 0)
+        steady_statuses = [s["state"] for s in publisher.of("steady", "statuses")]
+        assert "ended" not in steady_statuses, "a max_fps change does not restart the source"
+        new["sources"] = new["sources"][1:]
+        diff = pipeline.reload(parse_config(new))
+        assert diff.removed == ["steady"] and not diff.added
+        assert publisher.of("steady", "statuses")[-1]["reason"] == "removed"
+    finally:
+        pipeline.stop()
+        assert pipeline.wait(30)
+        pipeline.close()
