@@ -24,6 +24,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -147,3 +148,19 @@ class StopRequest:
             os._exit(EXIT_FORCED)
         logger.info("%s: stopping (again to force)", signal.Signals(signum).name)
         self.request(signum)
+
+
+def exit_now(code: int | str | None) -> None:
+    """End the process with ``code`` as ``sys.exit`` would, without interpreter finalization.
+
+    Logs and standard streams are flushed first. Skipping finalization keeps this process's signal handlers in
+    place to the end (finalization resets them to the default action) and its stage threads are done by now.
+    """
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed or broken pipe must not change the exit code
+            stream.flush()
+    os._exit(0 if code is None else code)

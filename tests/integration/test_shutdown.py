@@ -211,19 +211,21 @@ def test_a_signal_mid_live_run_with_a_hung_camera_exits_0_within_5_s_with_final_
 
 def test_a_second_signal_exits_130_within_a_second_while_the_drain_is_slow(rtsp_server, long_clips, default_model,
                                                                          port):
-    """The drain is made slow on purpose: a subscriber that never reads (the publisher lingers on close), eight
-    file streams filling the ring, and a camera whose server is SIGSTOPped."""
+    """The drain is made slow on purpose: a subscriber that never reads (the publisher lingers on close), sixteen
+    file streams filling the ring on ONNX Runtime's fp32 CPU path (the default engine would drain the ring too fast
+    for a second signal to find it busy), and a camera whose server is SIGSTOPped."""
     import zmq
 
     hung = rtsp_server({"/h": "pattern:320x240@10"})
-    files = [f"f{i}={long_clips[i % 2]}" for i in range(8)]
+    files = [f"f{i}={long_clips[i % 2]}" for i in range(16)]
     with zmq.Context() as ctx, ctx.socket(zmq.SUB) as deaf:
         deaf.rcvhwm = 1
         deaf.linger = 0
         deaf.subscribe(b"")
         deaf.connect(f"tcp://127.0.0.1:{port}")
         reader = Collector(f"tcp://127.0.0.1:{port}").start()
-        proc = start_detstream(*run_args(port, *files, f"h={hung.url('/h')}"))
+        proc = start_detstream(*run_args(port, *files, f"h={hung.url('/h')}",
+                                         extra=("--engine", "onnxruntime", "--precision", "fp32")))
         try:
             assert published_after_start(reader, ["h"], 3), "the camera did not get going"
             reader.stop(settle_s=0)  # only the deaf subscriber is left
