@@ -138,6 +138,14 @@ def test_reload_applies_only_the_difference(small_clip):
         assert _wait_until(lambda: len(publisher.of("b")) > 0)
         steady_statuses = [s["state"] for s in publisher.of("steady", "statuses")]
         assert "ended" not in steady_statuses, "a max_fps change does not restart the source"
+        door = {"name": "door", "points": [[0, 0], [1, 1]], "units": "normalized"}
+        unknown = {**new, "sources": [new["sources"][0], {**new["sources"][1], "lines": [{**door, "classes": ["x"]}]}]}
+        with pytest.raises(FieldError, match=r"^sources\[1\]\.lines\[0\]\.classes: unknown label"):
+            pipeline.reload(parse_config(unknown))
+        diff = pipeline.reload(parse_config({**new, "sources": [new["sources"][0], {**new["sources"][1],
+                                                                                      "zones": [ALL]}]}))
+        assert list(diff.changed) == ["b"] and not diff.added and not diff.removed
+        assert "ended" not in [s["state"] for s in publisher.of("b", "statuses")], "zones change in place"
         new["sources"] = new["sources"][1:]
         diff = pipeline.reload(parse_config(new))
         assert diff.removed == ["steady"] and not diff.added
