@@ -112,7 +112,8 @@ class RunningSources:
             live = config.effective_mode is SourceMode.LIVE
             self._results.add_stream(config.id, live)
             source = self._register(config)
-            self._set_regions(config)
+            if config.zones or config.lines:
+                self._set_regions(config)
             self._batcher.set_quota(self._quota_for(len(self._configs)))
             source.start()
             logger.info("source %s added (%s)", config.id, config.safe_url, extra={"source_id": config.id})
@@ -154,7 +155,8 @@ class RunningSources:
             for new in diff.added:
                 self._results.add_stream(new.id, new.effective_mode is SourceMode.LIVE)
                 self._register(new).start()
-                self._set_regions(new)
+                if new.zones or new.lines:
+                    self._set_regions(new)
             self._batcher.set_quota(self._quota_for(len(self._configs)))
             logger.info("reload: %s", diff.summary())
             return diff
@@ -193,7 +195,8 @@ class RunningSources:
         self._remove(old.id, REMOVE_TIMEOUT_S)
         self._results.add_stream(new.id, new.effective_mode is SourceMode.LIVE)
         self._register(new).start()
-        self._set_regions(new)
+        if new.zones or new.lines:
+            self._set_regions(new)
         logger.info("source %s restarted: %s changed", old.id, ", ".join(sorted(fields)))
         return True
 
