@@ -10,8 +10,9 @@
         ├── UnknownSourceError    no source has this id (404)
         ├── DuplicateSourceError  a source has this id already (409)
         ├── CapacityError         ``engine.max_sources`` sources run already (409)
-        ├── NotRunningError       before start, or stopping (409)
-        └── RestartNeededError    zones or lines added or changed: they are set up at start (409)
+        └── NotRunningError       before start, or stopping (409)
+    ValueError
+    └── FieldError              a source field the model cannot serve (422), e.g. an unknown ``classes:`` label
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from app.config import SourceConfig
 from app.errors import StateError
 
 LIVE_FIELDS = frozenset({"max_fps", "max_staleness_ms"})
-"""Source fields a running source takes on without reconnecting; any other change restarts the source."""
+"""Source fields a running source takes on without reconnecting; so do :data:`ANALYTICS_FIELDS`, and any other
+change restarts the source."""
 
 
 class ControlError(StateError):
@@ -48,12 +50,16 @@ class NotRunningError(ControlError):
     pass
 
 
-class RestartNeededError(ControlError):
-    pass
+class FieldError(ValueError):
+    """A source's field is valid on its own but not for this run; ``field`` is its path (``zones[0].classes``)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 ANALYTICS_FIELDS = frozenset({"zones", "lines"})
-"""Source fields the detector sets up once, at start (:class:`app.analytics.engine.Analytics`)."""
+"""Source fields the detector takes on while the source runs (:meth:`app.stages.detect.Detector.set_regions`)."""
 
 
 @dataclass(frozen=True)
@@ -92,5 +98,5 @@ def changed_fields(old: SourceConfig, new: SourceConfig) -> set[str]:
 
 
 __all__ = ["ANALYTICS_FIELDS", "LIVE_FIELDS", "CapacityError", "ControlError", "DuplicateSourceError",
-           "NotRunningError", "RestartNeededError", "SourceDiff", "UnknownSourceError", "changed_fields",
+           "FieldError", "NotRunningError", "SourceDiff", "UnknownSourceError", "changed_fields",
            "diff_sources"]

@@ -11,15 +11,20 @@ and every one leaves the other sources untouched:
 * remove: its decoder is stopped and joined, its terminal status (``ended``,
   reason ``removed``) goes out after its last frame, and then the batcher, the
   results stage, the drop ledger and the metrics forget it.
-* update: ``max_fps`` and ``max_staleness_ms`` are applied in place; any other
-  change restarts that one source. Zones and lines are set up with the
-  detector at start: a source added with them, or a change to them, is
-  refused (:class:`app.control.RestartNeededError`).
+* update: ``max_fps`` and ``max_staleness_ms`` are applied in place, and so are
+  zones and lines (:meth:`app.stages.detect.Detector.set_regions`: a new or
+  changed zone or line starts from zero counts, unchanged ones keep theirs, and
+  the metrics series of those gone or changed are removed); any other change
+  restarts that one source.
 * reload: the difference with a re-read config, as the three operations above.
+
+A zone or line whose ``classes:`` names a label the model does not have is
+refused before anything changes (:class:`app.control.FieldError`, 422).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -34,8 +39,8 @@ from app.control import (
     LIVE_FIELDS,
     CapacityError,
     DuplicateSourceError,
+    FieldError,
     NotRunningError,
-    RestartNeededError,
     SourceDiff,
     UnknownSourceError,
     changed_fields,
@@ -45,6 +50,7 @@ from app.drops import DropLedger
 from app.metrics import PipelineMetrics
 from app.sources import create_source
 from app.sources.base import FrameSource, SourceState, SourceStatus
+from app.stages.detect import RegionChange
 from app.stages.results import ResultsStage
 
 logger = logging.getLogger(__name__)
@@ -99,13 +105,15 @@ class RunningSources:
                 config = config.model_copy(update={"id": derive_source_id(config.url, len(self._configs))})
             if config.id in self._configs:
                 raise DuplicateSourceError(f"source {config.id!r} exists already")
-            _check_no_regions(config)
+            self._check_classes(config)
             if len(self._configs) >= self.capacity:
                 raise CapacityError(f"full: {self.capacity} sources run already (engine.max_sources); "
                                     f"remove one or restart with a larger engine.max_sources")
             live = config.effective_mode is SourceMode.LIVE
             self._results.add_stream(config.id, live)
             source = self._register(config)
+            if config.zones or config.lines:
+                self._set_regions(config)
             self._batcher.set_quota(self._quota_for(len(self._configs)))
             source.start()
             logger.info("source %s added (%s)", config.id, config.safe_url, extra={"source_id": config.id})
@@ -125,7 +133,7 @@ class RunningSources:
             if "id" in changes and changes["id"] != stream_id:
                 raise ValueError("id: a source's id cannot change (remove it and add another)")
             new = SourceConfig.model_validate({**old.model_dump(exclude_unset=True), **changes, "id": stream_id})
-            _check_same_regions(old, new)
+            self._check_classes(new)
             return new, self._apply(old, new)
 
     def reload(self, config: DetstreamConfig) -> SourceDiff:
@@ -133,10 +141,9 @@ class RunningSources:
         with self._lock:
             self._check_running()
             diff = diff_sources(self._configs, config.sources)
-            for new in diff.added:
-                _check_no_regions(new)
-            for stream_id, new in diff.changed.items():
-                _check_same_regions(self._configs[stream_id], new)
+            for index, new in enumerate(config.sources):
+                if new.id not in self._configs or new.id in diff.changed:
+                    self._check_classes(new, index)
             needed = len(self._configs) - len(diff.removed) + len(diff.added)
             if needed > self.capacity:
                 raise CapacityError(f"full: the config has {needed} sources, the run holds {self.capacity} "
@@ -148,6 +155,8 @@ class RunningSources:
             for new in diff.added:
                 self._results.add_stream(new.id, new.effective_mode is SourceMode.LIVE)
                 self._register(new).start()
+                if new.zones or new.lines:
+                    self._set_regions(new)
             self._batcher.set_quota(self._quota_for(len(self._configs)))
             logger.info("reload: %s", diff.summary())
             return diff
@@ -173,17 +182,42 @@ class RunningSources:
         fields = changed_fields(old, new)
         if not fields:
             return False
-        if fields <= LIVE_FIELDS and hasattr(self._sources[old.id], "set_max_fps"):
-            self._sources[old.id].set_max_fps(new.max_fps)
-            self._batcher.set_staleness(old.id, new.max_staleness_ms / 1e3)
+        others = fields - ANALYTICS_FIELDS
+        if not others or (others <= LIVE_FIELDS and hasattr(self._sources[old.id], "set_max_fps")):
+            if others:
+                self._sources[old.id].set_max_fps(new.max_fps)
+                self._batcher.set_staleness(old.id, new.max_staleness_ms / 1e3)
+            if fields & ANALYTICS_FIELDS:
+                self._set_regions(new)
             self._configs[old.id] = new
             logger.info("source %s: %s changed in place", old.id, ", ".join(sorted(fields)))
             return False
         self._remove(old.id, REMOVE_TIMEOUT_S)
         self._results.add_stream(new.id, new.effective_mode is SourceMode.LIVE)
         self._register(new).start()
+        if new.zones or new.lines:
+            self._set_regions(new)
         logger.info("source %s restarted: %s changed", old.id, ", ".join(sorted(fields)))
         return True
+
+    def _set_regions(self, config: SourceConfig) -> None:
+        """Hand the source's zones and lines (or none) to the detector; the metrics series of the ones that end
+        are removed on the postprocess thread, after the last event that counted into them."""
+        stream_id = config.id
+
+        def applied(ended: list[str]) -> None:
+            if ended:
+                _remove_region_series(self._metrics, stream_id, set(ended))
+                logger.info("source %s: counts of %s ended (zones or lines removed or changed)", stream_id,
+                            ", ".join(sorted(ended)))
+
+        self._results.detector.set_regions(RegionChange(stream_id, tuple(config.zones), tuple(config.lines),
+                                                        applied))
+
+    def _check_classes(self, config: SourceConfig, index: int | None = None) -> None:
+        problem = self._results.detector.analytics.check(config, index)
+        if problem is not None:
+            raise FieldError(*problem)
 
     def _remove(self, stream_id: str, timeout_s: float) -> None:
         source = self._sources[self._known(stream_id).id]
@@ -205,7 +239,9 @@ class RunningSources:
         finally:
             self._removing.discard(stream_id)
             del self._sources[stream_id]
-            del self._configs[stream_id]
+            config = self._configs.pop(stream_id)
+        if config.zones or config.lines:
+            self._results.detector.set_regions(RegionChange(stream_id, (), ()))
         self._batcher.set_quota(self._quota_for(max(1, len(self._configs))))
         logger.info("source %s removed", stream_id, extra={"source_id": stream_id})
 
@@ -224,17 +260,17 @@ class RunningSources:
             raise NotRunningError("the pipeline is not running (starting, stopping or ended)")
 
 
-def _check_no_regions(config: SourceConfig) -> None:
-    if config.zones or config.lines:
-        raise RestartNeededError(f"source {config.id!r}: zones and lines are set up at start; add this source to "
-                                 "the config file and restart, or add it without them")
-
-
-def _check_same_regions(old: SourceConfig, new: SourceConfig) -> None:
-    changed = sorted(changed_fields(old, new) & ANALYTICS_FIELDS)
-    if changed:
-        raise RestartNeededError(f"source {old.id!r}: {' and '.join(changed)} are set up at start; a change to "
-                                 "them takes a restart")
+def _remove_region_series(metrics: PipelineMetrics, stream_id: str, names: set[str]) -> None:
+    """Remove the zone and line series of ``stream_id`` whose zone or line is in ``names`` from /metrics."""
+    for metric, region, label_names in ((metrics.line_crossings, "line", ("stream", "line", "direction", "label")),
+                                        (metrics.zone_events, "zone", ("stream", "zone", "kind", "label")),
+                                        (metrics.zone_occupancy, "zone", ("stream", "zone", "label"))):
+        series = {tuple(sample.labels.get(name, "") for name in label_names)
+                  for family in metric.collect() for sample in family.samples
+                  if sample.labels.get("stream") == stream_id and sample.labels.get(region) in names}
+        for labels in series:
+            with contextlib.suppress(KeyError):  # removed meanwhile (the whole stream removed)
+                metric.remove(*labels)
 
 
 __all__ = ["REMOVE_TIMEOUT_S", "RunningSources"]

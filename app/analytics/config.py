@@ -113,17 +113,23 @@ def check_region_names(zones: list[ZoneConfig], lines: list[LineConfig]) -> None
 
 
 def unknown_classes(source_id: str, zones: list[ZoneConfig], lines: list[LineConfig],
-                    class_names: tuple[str, ...], index: int) -> str | None:
-    """A pointed message for the first ``classes:`` label the model does not have, else None."""
+                    class_names: tuple[str, ...], index: int | None) -> tuple[str, str] | None:
+    """``(field, message)`` for the first ``classes:`` label the model does not have, else None.
+
+    ``field`` is ``sources[<index>].zones[<i>].classes``, or ``zones[<i>].classes`` when ``index`` is None (one
+    source on its own, as the HTTP API receives it); the message starts with it.
+    """
     known = set(class_names)
+    prefix = "" if index is None else f"sources[{index}]."
     for kind, regions in (("zones", zones), ("lines", lines)):
         for i, region in enumerate(regions):
             missing = [c for c in region.classes or () if c not in known]
             if missing:
                 close = difflib.get_close_matches(missing[0], class_names, n=1)
                 hint = f"did you mean {close[0]!r}? " if close else ""
-                return (f"sources[{index}].{kind}[{i}].classes: unknown label(s) {missing} for this model "
-                        f"(source {source_id!r}; {hint}the model has {len(class_names)} labels)")
+                field = f"{prefix}{kind}[{i}].classes"
+                return field, (f"{field}: unknown label(s) {missing} for this model "
+                               f"(source {source_id!r}; {hint}the model has {len(class_names)} labels)")
     return None
 
 

@@ -2,7 +2,8 @@
 
 :class:`Analytics` is built once per pipeline from the config and the model's
 class names (an unknown label in a ``classes:`` list is a :class:`ConfigError`
-then, before any frame). :meth:`Analytics.update` runs on thread
+then, before any frame); :meth:`Analytics.set_stream` gives a stream new zones
+and lines while it runs (a source added or changed at runtime). :meth:`Analytics.update` runs on thread
 ``detstream.postprocess`` right after tracking, once per frame of a stream
 that has zones or lines, and returns that frame's :class:`FrameAnalytics`:
 its events and every region's counts after them. The semantics (anchor point,
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from app.analytics.config import unknown_classes
+from app.analytics.config import LineConfig, ZoneConfig, unknown_classes
 from app.analytics.geometry import anchor_points, inside_polygon, side_of_line
 from app.analytics.regions import Hit, LineRegion, Shape, ZoneRegion
 from app.errors import ConfigError
@@ -149,6 +150,11 @@ class StreamAnalytics:
                 region.observe(track_id, labels[i], sides[i], (float(points[i, 0]), float(points[i, 1])),
                                int(rows[i]), hits)
 
+    def adopt_tracks(self, previous: StreamAnalytics) -> None:
+        """Take over the track ids ``previous`` (this stream before its regions changed) had seen, so that the
+        regions kept from it still hear when those tracks end."""
+        self._seen = set(previous._seen)
+
     def forget(self) -> list[Hit]:
         """The stream's tracker starts afresh (reconnect, end): every known track is lost. Counts stay."""
         hits: list[Hit] = []
@@ -160,7 +166,12 @@ class StreamAnalytics:
 
 
 class Analytics:
-    """Every stream's :class:`StreamAnalytics`, keyed by stream id; streams without zones or lines have none."""
+    """Every stream's :class:`StreamAnalytics`, keyed by stream id; streams without zones or lines have none.
+
+    Owned by thread ``detstream.postprocess``: :meth:`update`, :meth:`forget` and :meth:`set_stream` run there
+    only. :meth:`counts`, :meth:`shapes`, ``in`` and :attr:`streams` are safe from any thread: the owner replaces
+    its maps, never changes them in place.
+    """
 
     def __init__(self, sources: Sequence[SourceConfig], class_names: Sequence[str]) -> None:
         self.class_names = tuple(class_names)
@@ -169,12 +180,45 @@ class Analytics:
         for index, source in enumerate(sources):
             if not (source.zones or source.lines):
                 continue
-            problem = unknown_classes(source.id, source.zones, source.lines, self.class_names, index)
+            problem = self.check(source, index)
             if problem:
-                raise ConfigError(problem)
-            regions: list[Region] = [ZoneRegion(z) for z in source.zones] + [LineRegion(li) for li in source.lines]
-            self._streams[source.id] = StreamAnalytics(source.id, regions, index)
-            self._latest[source.id] = {r.name: r.counts.as_dict() for r in regions}
+                raise ConfigError(problem[1])
+            self.set_stream(source.id, source.zones, source.lines, index)
+
+    def check(self, source: SourceConfig, index: int | None = None) -> tuple[str, str] | None:
+        """``(field, message)`` for a ``classes:`` label of the source's zones or lines that the model does not
+        have, else None; any thread. ``index``: the source's place in ``sources:`` (None: a source on its own)."""
+        return unknown_classes(source.id, source.zones, source.lines, self.class_names, index)
+
+    def set_stream(self, stream_id: str, zones: Sequence[ZoneConfig], lines: Sequence[LineConfig],
+                   source_index: int = 0) -> list[str]:
+        """Give a stream these zones and lines (none: it has no analytics any more); postprocess thread only.
+
+        A zone or line whose config is unchanged keeps its counts and the tracks it knows; a new or changed one
+        starts from zero counts and learns the tracks from the next frame (no events for tracks that were in a
+        changed zone). Returns the names of the stream's regions that are gone or changed, whose counts ended.
+        """
+        old = self._streams.get(stream_id)
+        kept = {(r.kind, r.name): r for r in old.regions} if old is not None else {}
+        regions: list[Region] = []
+        wanted = [*((z, "zone", ZoneRegion) for z in zones), *((li, "line", LineRegion) for li in lines)]
+        for config, kind, build in wanted:
+            previous = kept.get((kind, config.name))
+            if previous is not None and previous.config == config:
+                regions.append(kept.pop((kind, config.name)))
+            else:
+                regions.append(build(config))
+        ended = [name for _, name in kept]
+        if not regions:
+            self._streams = {sid: s for sid, s in self._streams.items() if sid != stream_id}
+            self._latest = {sid: c for sid, c in self._latest.items() if sid != stream_id}
+            return ended
+        stream = StreamAnalytics(stream_id, regions, source_index)
+        if old is not None:
+            stream.adopt_tracks(old)
+        self._streams = {**self._streams, stream_id: stream}
+        self._latest = {**self._latest, stream_id: {r.name: r.counts.as_dict() for r in regions}}
+        return ended
 
     def __contains__(self, stream_id: str) -> bool:
         return stream_id in self._streams
@@ -221,7 +265,7 @@ class Analytics:
             events.append(Event(hit.kind, region.kind, hit.region, hit.track_id, hit.label, score, box,
                                 hit.direction, hit.reason, hit.counts))
         counts = {r.name: r.counts.as_dict() for r in stream.regions}
-        self._latest[stream.stream_id] = counts
+        self._latest = {**self._latest, stream.stream_id: counts}
         return FrameAnalytics(tuple(events), tuple(r.shape for r in stream.regions), counts)
 
 

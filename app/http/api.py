@@ -43,7 +43,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from app.config import SourceConfig
-from app.control import ControlError, SourceDiff
+from app.control import ControlError, FieldError, SourceDiff
 from app.errors import ConfigError
 from app.http.policy import SourcePolicyError, check_source
 from app.http.settings import HttpConfig
@@ -149,6 +149,8 @@ def create_app(pipeline: Pipeline, view: ViewSink, settings: HttpConfig, *, toke
             raise ApiError(error.status, str(error), "id") from None
         except ValidationError as error:
             raise _validation_error(error) from None
+        except FieldError as error:
+            raise ApiError(422, str(error), error.field) from None
         except (ConfigError, ValueError) as error:
             raise ApiError(422, redact_url(str(error))) from None
 

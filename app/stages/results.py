@@ -124,6 +124,11 @@ class ResultsStage:
         return self._thread.is_alive()
 
     @property
+    def detector(self) -> Detector:
+        """The detector this stage runs (its zones and lines change through :meth:`Detector.set_regions`)."""
+        return self._detector
+
+    @property
     def last_publish_at(self) -> float:
         """``time.monotonic()`` of the last message published (detections, status or heartbeat)."""
         return self._last_publish_at

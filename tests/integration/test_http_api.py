@@ -100,6 +100,29 @@ def test_sources_are_listed_added_changed_and_removed_with_json_errors_naming_th
         assert c.post("/api/reload").status_code == 409  # not started from a config file
 
 
+def test_a_line_patched_onto_a_running_source_counts_without_a_reconnect_and_a_source_is_added_with_a_zone(clips):
+    with Run(clips) as run:
+        c = run.client
+        assert _wait_until(lambda: run.pipeline.streams()["steady"].published > 5)
+        statuses_before = len(run.publisher.of("steady", "statuses"))
+        line = {"name": "door", "points": [[0.5, 0], [0.5, 1]], "units": "normalized"}
+        patched = c.patch("/api/sources/steady", json={"lines": [line]})
+        assert patched.status_code == 200 and not patched.json()["restarted"]
+        assert _wait_until(lambda: any("analytics" in d for d in run.publisher.of("steady")))
+        first = next(d for d in run.publisher.of("steady") if "analytics" in d)
+        assert first["seq"] > 5 and first["analytics"]["lines"] == {"door": {"in": 0, "out": 0}}
+        assert {s["state"] for s in run.publisher.of("steady", "statuses")[statuses_before:]} <= {"running"}
+
+        zone = {"name": "all", "points": [[0, 0], [1, 0], [1, 1], [0, 1]], "units": "normalized"}
+        unknown = c.post("/api/sources", json=run.source("zoned", zones=[{**zone, "classes": ["persn"]}]))
+        assert unknown.status_code == 422 and unknown.json()["field"] == "zones[0].classes"
+        assert "did you mean 'person'" in unknown.json()["error"]
+        assert c.post("/api/sources", json=run.source("zoned", zones=[zone])).status_code == 201
+        assert _wait_until(lambda: any(e["kind"] == "enter" for e in run.publisher.of("zoned", "events")))
+    steady = [d["seq"] for d in run.publisher.of("steady")]
+    assert steady == list(range(len(steady))), "the patch did not restart the source"
+
+
 @pytest.mark.parametrize("url, words", [("ftp://cam/x", "scheme"), ("/etc/passwd", "allowed_paths"),
                                         ("file:///etc/passwd", "allowed_paths"), ("rtsp://cam/x;reboot", "shell"),
                                         ("rtsp://cam/$(id)", "shell"), ("", "url")])

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from app.config import SourceConfig, parse_config
-from app.control import CapacityError, DuplicateSourceError, RestartNeededError, UnknownSourceError
+from app.control import CapacityError, DuplicateSourceError, FieldError, UnknownSourceError
 from app.pipeline import Pipeline
 from tests.fakes import FixedEngine, MemoryPublisher
 
@@ -85,16 +85,47 @@ def test_max_fps_changes_without_a_restart_and_other_fields_restart_the_source(s
         with pytest.raises(ValueError, match="max_fps"):
             pipeline.update_source("steady", {"max_fps": -1})
         line = {"name": "door", "points": [[0, 0], [10, 10]]}
-        with pytest.raises(RestartNeededError, match="lines are set up at start"):
-            pipeline.update_source("steady", {"lines": [line]})
-        with pytest.raises(RestartNeededError, match="zones and lines are set up at start"):
-            pipeline.add_source(SourceConfig(id="zoned", url=str(small_clip), lines=[line]))
+        config, restarted = pipeline.update_source("steady", {"lines": [line]})
+        assert not restarted and [li.name for li in config.lines] == ["door"]
+        with pytest.raises(FieldError, match=r"^lines\[0\]\.classes: unknown label\(s\) \['bus'\]") as refused:
+            pipeline.add_source(SourceConfig(id="zoned", url=str(small_clip), lines=[{**line, "classes": ["bus"]}]))
+        assert refused.value.field == "lines[0].classes" and "zoned" not in pipeline.source_configs()
         config, restarted = pipeline.update_source("steady", {"loop": False})
         assert restarted and pipeline.source_configs()["steady"].loop is False
     finally:
         pipeline.stop()
         assert pipeline.wait(30)
         pipeline.close()
+
+
+ALL = {"name": "all", "points": [[0, 0], [1, 0], [1, 1], [0, 1]], "units": "normalized"}
+
+
+def _metrics(pipeline: Pipeline) -> str:
+    return generate_latest(pipeline.metrics.registry).decode()
+
+
+def test_a_zone_replaced_at_runtime_counts_afresh_and_the_old_zones_series_are_removed(small_clip):
+    """The fixed engine's box stands inside every zone here: a zone counts an ``enter`` two frames after it starts."""
+    pipeline, publisher = _pipeline(small_clip)
+    try:
+        pipeline.add_source(SourceConfig(id="zoned", url=str(small_clip), loop=True, realtime=True, mode="file",
+                                         zones=[ALL]))
+        assert _wait_until(lambda: 'zone="all"' in _metrics(pipeline))
+        config, restarted = pipeline.update_source("zoned", {"zones": [{**ALL, "name": "whole"}]})
+        assert not restarted and config.zones[0].name == "whole"
+        assert _wait_until(lambda: 'zone="whole"' in _metrics(pipeline))
+        assert 'zone="all"' not in _metrics(pipeline) and 'detstream_frames_published_total{stream="zoned"}' in \
+            _metrics(pipeline), "only the replaced zone's series went"
+        zones = [e["zone"] for e in publisher.of("zoned", "events")]
+        assert zones[0] == "all" and set(zones[zones.index("whole"):]) == {"whole"}
+        assert pipeline.streams()["zoned"].counts["whole"]["in"] >= 1
+    finally:
+        pipeline.stop()
+        assert pipeline.wait(30)
+        pipeline.close()
+    zoned = [d["seq"] for d in publisher.of("zoned")]
+    assert zoned == list(range(len(zoned))), "the zone change did not restart the source"
 
 
 def test_reload_applies_only_the_difference(small_clip):
@@ -107,6 +138,14 @@ def test_reload_applies_only_the_difference(small_clip):
         assert _wait_until(lambda: len(publisher.of("b")) > 0)
         steady_statuses = [s["state"] for s in publisher.of("steady", "statuses")]
         assert "ended" not in steady_statuses, "a max_fps change does not restart the source"
+        door = {"name": "door", "points": [[0, 0], [1, 1]], "units": "normalized"}
+        unknown = {**new, "sources": [new["sources"][0], {**new["sources"][1], "lines": [{**door, "classes": ["x"]}]}]}
+        with pytest.raises(FieldError, match=r"^sources\[1\]\.lines\[0\]\.classes: unknown label"):
+            pipeline.reload(parse_config(unknown))
+        diff = pipeline.reload(parse_config({**new, "sources": [new["sources"][0], {**new["sources"][1],
+                                                                                      "zones": [ALL]}]}))
+        assert list(diff.changed) == ["b"] and not diff.added and not diff.removed
+        assert "ended" not in [s["state"] for s in publisher.of("b", "statuses")], "zones change in place"
         new["sources"] = new["sources"][1:]
         diff = pipeline.reload(parse_config(new))
         assert diff.removed == ["steady"] and not diff.added
