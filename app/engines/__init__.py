@@ -4,7 +4,8 @@ Each backend is a package behind the :class:`~app.engines.base.Engine` interface
 (:mod:`app.engines.tensorrt`, :mod:`app.engines.onnxruntime`, :mod:`app.engines.openvino`), registered in
 :data:`BACKENDS` under the name ``engine.backend`` and its settings section use (``engine.tensorrt``,
 ``engine.onnxruntime``, ``engine.openvino``). No backend imports another; what they share lives beside them
-(:mod:`app.engines.base`, :mod:`app.engines.shapes`, :mod:`app.engines.cuda`).
+(:mod:`app.engines.base`, :mod:`app.engines.shapes`, :mod:`app.engines.cuda`,
+:mod:`app.engines.frame_workers`).
 
 ``create_engine`` asks :func:`~app.engines.probe.probe_machine` what this machine offers, makes the plan for
 ``engine.backend`` (:func:`~app.engines.selection.plan_engines`: ``auto`` is TensorRT on an NVIDIA GPU, else
