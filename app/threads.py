@@ -56,3 +56,11 @@ class StageThread(threading.Thread):
     def run(self) -> None:
         name_current_thread(self.name)
         super().run()
+
+    def join_within(self, timeout_s: float | None = None) -> bool:
+        """Join for at most ``timeout_s`` (None: until it ends); True when the thread has ended or never
+        started, False when it is still running: what a stage's ``join`` reports to its owner."""
+        if self.ident is None:
+            return True
+        self.join(timeout_s)
+        return not self.is_alive()

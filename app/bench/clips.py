@@ -25,11 +25,12 @@ every pass until all cameras deliver in step.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from fractions import Fraction
 from pathlib import Path
 
@@ -77,11 +78,29 @@ def cache_name(clip: Path, what: str, suffix: str = ".mkv") -> str:
 def head_copy(clip: Path, frames: int, cache_dir: Path) -> Path:
     """The first ``frames`` video packets of ``clip``, remuxed (no re-encoding) into an MKV."""
     out_path = cache_dir / cache_name(clip, f"head{frames}")
+    if _cached_copy(out_path, functools.partial(_remux_head, clip, frames)):
+        prune_cache(cache_dir, [out_path])
+    return out_path
+
+
+def _cached_copy(out_path: Path, write: Callable[[Path], None]) -> bool:
+    """Make ``out_path`` with ``write(part)`` unless the cache has it (then it is marked used); True when made.
+
+    ``write`` fills a ``.part.mkv`` beside it that is renamed once complete, so an interrupted run never
+    leaves a file that looks finished (:func:`prune_cache` removes old partials).
+    """
     if out_path.exists():
         _mark_used(out_path)
-        return out_path
-    cache_dir.mkdir(parents=True, exist_ok=True)
+        return False
+    out_path.parent.mkdir(parents=True, exist_ok=True)
     partial = out_path.with_suffix(".part.mkv")
+    write(partial)
+    partial.rename(out_path)
+    return True
+
+
+def _remux_head(clip: Path, frames: int, partial: Path) -> None:
+    """The first ``frames`` video packets of ``clip`` into ``partial``, as they are."""
     with av.open(str(clip)) as src, av.open(str(partial), "w") as dst:
         in_stream = src.streams.video[0]
         out_stream = dst.add_stream_from_template(in_stream)
@@ -94,20 +113,18 @@ def head_copy(clip: Path, frames: int, cache_dir: Path) -> Path:
             copied += 1
             if copied >= frames:
                 break
-    partial.rename(out_path)
-    prune_cache(cache_dir, [out_path])
-    return out_path
 
 
 def _encode_at_fps(clip: Path, fps: int, max_frames: int | None, cache_dir: Path) -> Path:
     """``clip`` re-encoded at ``fps`` (frames picked on a pts grid), keyframe every 2 s, no B-frames, same codec
     if possible."""
     out_path = cache_dir / cache_name(clip, f"{fps}fps{max_frames or ''}-nobf")
-    if out_path.exists():
-        _mark_used(out_path)
-        return out_path
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    partial = out_path.with_suffix(".part.mkv")
+    _cached_copy(out_path, functools.partial(_reencode, clip, fps, max_frames))
+    return out_path
+
+
+def _reencode(clip: Path, fps: int, max_frames: int | None, partial: Path) -> None:
+    """``clip`` into ``partial`` at ``fps``, at most ``max_frames`` frames (see :func:`_encode_at_fps`)."""
     with av.open(str(clip)) as src:
         in_stream = src.streams.video[0]
         codec = in_stream.codec_context.name
@@ -133,8 +150,6 @@ def _encode_at_fps(clip: Path, fps: int, max_frames: int | None, cache_dir: Path
                 if max_frames is not None and written >= max_frames:
                     break
             dst.mux(out.encode(None))
-    partial.rename(out_path)
-    return out_path
 
 
 def _can_encode(codec: str) -> bool:
@@ -155,11 +170,8 @@ def camera_clips(clip: Path, cameras: int, fps: int, cache_dir: Path, max_frames
     paths = []
     for camera in range(cameras):
         out_path = cache_dir / cache_name(base, f"cam{camera}of{cameras}-{total}f")
-        if out_path.exists():
-            _mark_used(out_path)
-        else:
-            start = keyframes[(camera * len(keyframes)) // cameras]
-            _remux_camera(base, start, camera / cameras / fps, fps, total, out_path)
+        start = keyframes[(camera * len(keyframes)) // cameras]
+        _cached_copy(out_path, functools.partial(_remux_camera, base, start, camera / cameras / fps, fps, total))
         paths.append(out_path)
     prune_cache(cache_dir, [base, *paths])
     return paths
@@ -202,10 +214,9 @@ def _mark_used(path: Path) -> None:
         os.utime(path, ns=(time.time_ns(), path.stat().st_mtime_ns))  # ns: the names hash st_mtime_ns
 
 
-def _remux_camera(base: Path, start: int, phase_s: float, fps: int, total: int, out_path: Path) -> None:
+def _remux_camera(base: Path, start: int, phase_s: float, fps: int, total: int, partial: Path) -> None:
     """``total`` packets of ``base`` from packet ``start`` (a keyframe) on, round and round (packet 0 is a
     keyframe too, and the copy has no B-frames), every one after the first ``phase_s`` late on the fps grid."""
-    partial = out_path.with_suffix(".part.mkv")
     with av.open(str(base)) as src, av.open(str(partial), "w") as dst:
         in_stream = src.streams.video[0]
         packets = [(bytes(p), p.is_keyframe) for p in src.demux(in_stream) if p.dts is not None]
@@ -221,4 +232,3 @@ def _remux_camera(base: Path, start: int, phase_s: float, fps: int, total: int, 
             packet.pts = packet.dts = round(t / CAMERA_TIME_BASE)
             packet.duration = round(1 / fps / CAMERA_TIME_BASE)
             dst.mux(packet)
-    partial.rename(out_path)

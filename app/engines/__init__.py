@@ -4,7 +4,8 @@ Each backend is a package behind the :class:`~app.engines.base.Engine` interface
 (:mod:`app.engines.tensorrt`, :mod:`app.engines.onnxruntime`, :mod:`app.engines.openvino`), registered in
 :data:`BACKENDS` under the name ``engine.backend`` and its settings section use (``engine.tensorrt``,
 ``engine.onnxruntime``, ``engine.openvino``). No backend imports another; what they share lives beside them
-(:mod:`app.engines.base`, :mod:`app.engines.shapes`, :mod:`app.engines.cuda`).
+(:mod:`app.engines.base`, :mod:`app.engines.shapes`, :mod:`app.engines.cuda`,
+:mod:`app.engines.frame_workers`).
 
 ``create_engine`` asks :func:`~app.engines.probe.probe_machine` what this machine offers, makes the plan for
 ``engine.backend`` (:func:`~app.engines.selection.plan_engines`: ``auto`` is TensorRT on an NVIDIA GPU, else
@@ -126,18 +127,10 @@ def _log_choice(plan: EnginePlan, failures: list[tuple[Candidate, str]], engine:
 def _onnxruntime(spec: ModelSpec, config: EngineConfig, _factories: Factories, candidate: Candidate,
                  precision: str) -> Engine:
     """ONNX Runtime, warmed up: on the CUDA provider the first run of a shape searches cuDNN's convolution
-    algorithms for long enough that live cameras would drop frames if the first real batch paid for it.
-    A warm-up that fails means the model cannot run here: :class:`EngineLoadError`."""
+    algorithms for long enough that live cameras would drop frames if the first real batch paid for it."""
     providers = [CPU] if candidate.device == "CPU" else None
     engine = OrtEngine(spec, config, providers, precision=precision)
-    t0 = time.monotonic()
-    try:
-        engine.warmup()
-    except EngineError as error:
-        engine.close()
-        raise EngineLoadError(f"{engine.backend}: the warm-up run on {engine.spec.path} failed: {error}") from None
-    logger.info("engine: %s warmed up in %.2f s", engine.backend, time.monotonic() - t0)
-    return engine
+    return _warmed_up(engine, time.monotonic(), "warmed up")
 
 
 def _tensorrt(spec: ModelSpec, config: EngineConfig, factories: Factories, _candidate: Candidate,
@@ -163,12 +156,18 @@ def _openvino(spec: ModelSpec, config: EngineConfig, _factories: Factories, _can
     t0 = time.monotonic()
     engine = OvEngine(spec, precision, requests=settings.requests, device=settings.device, threads=settings.threads,
                       max_batch=config.max_batch)
+    return _warmed_up(engine, t0, "ready")
+
+
+def _warmed_up(engine: Engine, t0: float, done: str) -> Engine:
+    """``engine`` after its warm-up run, logged as ``<backend> <done> in <s since t0>``. A warm-up that fails
+    means the model cannot run here: the engine is closed and :class:`EngineLoadError` raised."""
     try:
         engine.warmup()
     except EngineError as error:
         engine.close()
-        raise EngineLoadError(f"{engine.backend}: the warm-up run on {spec.path} failed: {error}") from None
-    logger.info("engine: %s ready in %.2f s", engine.backend, time.monotonic() - t0)
+        raise EngineLoadError(f"{engine.backend}: the warm-up run on {engine.spec.path} failed: {error}") from None
+    logger.info("engine: %s %s in %.2f s", engine.backend, done, time.monotonic() - t0)
     return engine
 
 

@@ -111,3 +111,9 @@ def dynamic_batch_sizes(max_batch: int) -> tuple[int, ...]:
     if sizes[-1] != max_batch:
         sizes.append(max_batch)
     return tuple(sizes)
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's text (ONNX Runtime and OpenVINO messages run to many lines), or its type."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

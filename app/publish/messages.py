@@ -13,7 +13,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgpack
@@ -232,7 +232,17 @@ def _is_number(value: Any) -> bool:
         return False
 
 
-def _check_fields(payload: Mapping[str, Any], checks: Mapping[str, tuple[Any, str]]) -> list[str]:
+Check = tuple[Callable[[Any], bool], str]
+"""A field's test and what it wants, for the problem text: ``(test, "an integer >= 0")``."""
+
+_STRING: Check = (lambda v: isinstance(v, str), "a string")
+_COUNT: Check = (lambda v: _is_int(v) and v >= 0, "an integer >= 0")
+_SIZE: Check = (lambda v: _is_int(v) and v > 0, "an integer > 0")
+_EPOCH: Check = (_is_number, "epoch seconds")
+_PTS: Check = (lambda v: v is None or _is_number(v), "a number or null")
+
+
+def _check_fields(payload: Mapping[str, Any], checks: Mapping[str, Check]) -> list[str]:
     problems = []
     for key, (check, wanted) in checks.items():
         if key not in payload:
@@ -242,7 +252,17 @@ def _check_fields(payload: Mapping[str, Any], checks: Mapping[str, tuple[Any, st
     return problems
 
 
-def _common_checks(schema: str) -> dict[str, tuple[Any, str]]:
+def _check_map(payload: Any, checks: Mapping[str, Check],
+               more: Callable[[Mapping[str, Any]], list[str]] | None = None) -> list[str]:
+    """The problems of a payload that must be a map with ``checks``' keys; ``more`` adds those no single
+    field shows (a map only)."""
+    if not isinstance(payload, Mapping):
+        return [f"payload: expected a map, got {type(payload).__name__}"]
+    problems = _check_fields(payload, checks)
+    return problems + more(payload) if more is not None else problems
+
+
+def _common_checks(schema: str) -> dict[str, Check]:
     return {
         "schema": (lambda v: v == schema, repr(schema)),
         "stream": (lambda v: isinstance(v, str) and bool(_STREAM_ID.match(v)), "a stream id [A-Za-z0-9_.-]+"),
@@ -260,46 +280,44 @@ def _check_box(index: int, box: Any, width: Any, height: Any) -> list[str]:
     return problems
 
 
+_BOX_CHECKS: Mapping[str, Check] = {
+    "label": _STRING,
+    "class_id": _COUNT,
+    "score": (lambda v: _is_number(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    "track_id": (lambda v: v is None or _is_int(v), "an integer or null"),
+    "box": (lambda v: True, ""),
+}
+
+
 def _check_detection(index: int, item: Any, width: Any, height: Any) -> list[str]:
     if not isinstance(item, dict):
         return [f"detections[{index}]: expected a map, got {item!r}"]
-    checks = {
-        "label": (lambda v: isinstance(v, str), "a string"),
-        "class_id": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
-        "score": (lambda v: _is_number(v) and 0 <= v <= 1, "a number in [0, 1]"),
-        "track_id": (lambda v: v is None or _is_int(v), "an integer or null"),
-        "box": (lambda v: True, ""),
-    }
-    problems = [f"detections[{index}].{p}" for p in _check_fields(item, checks)]
+    problems = [f"detections[{index}].{p}" for p in _check_fields(item, _BOX_CHECKS)]
     if "box" in item:
         problems += _check_box(index, item["box"], width, height)
     return problems
 
 
-def validate_detection(payload: Any) -> list[str]:
-    """Problems that keep ``payload`` from being a ``detstream.detections/1`` map; empty when valid.
+_DETECTION_CHECKS: Mapping[str, Check] = _common_checks(DETECTION_SCHEMA) | {
+    "seq": _COUNT,
+    "pts": _PTS,
+    "captured_at": _EPOCH,
+    "published_at": _EPOCH,
+    "width": _SIZE,
+    "height": _SIZE,
+    "dropped_before": _COUNT,
+    "latency_ms": (
+        lambda v: isinstance(v, dict) and all(_is_number(v.get(k)) and v[k] >= 0 for k in LATENCY_KEYS),
+        "a map of " + ", ".join(LATENCY_KEYS) + " (ms >= 0)",
+    ),
+    "model": _STRING,
+    "engine": _STRING,
+    "detections": (lambda v: isinstance(v, list), "a list"),
+}
 
-    Unknown keys are allowed (additions to the schema are not breaking).
-    """
-    if not isinstance(payload, Mapping):
-        return [f"payload: expected a map, got {type(payload).__name__}"]
-    checks = _common_checks(DETECTION_SCHEMA) | {
-        "seq": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
-        "pts": (lambda v: v is None or _is_number(v), "a number or null"),
-        "captured_at": (_is_number, "epoch seconds"),
-        "published_at": (_is_number, "epoch seconds"),
-        "width": (lambda v: _is_int(v) and v > 0, "an integer > 0"),
-        "height": (lambda v: _is_int(v) and v > 0, "an integer > 0"),
-        "dropped_before": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
-        "latency_ms": (
-            lambda v: isinstance(v, dict) and all(_is_number(v.get(k)) and v[k] >= 0 for k in LATENCY_KEYS),
-            "a map of " + ", ".join(LATENCY_KEYS) + " (ms >= 0)",
-        ),
-        "model": (lambda v: isinstance(v, str), "a string"),
-        "engine": (lambda v: isinstance(v, str), "a string"),
-        "detections": (lambda v: isinstance(v, list), "a list"),
-    }
-    problems = _check_fields(payload, checks)
+
+def _check_analytics_and_boxes(payload: Mapping[str, Any]) -> list[str]:
+    problems = []
     analytics = payload.get("analytics")
     if analytics is not None and not (isinstance(analytics, dict) and isinstance(analytics.get("zones"), dict)):
         problems.append(f"analytics: expected a map with zones, got {shorten_repr(analytics)}")
@@ -310,20 +328,28 @@ def validate_detection(payload: Any) -> list[str]:
     return problems
 
 
+def validate_detection(payload: Any) -> list[str]:
+    """Problems that keep ``payload`` from being a ``detstream.detections/1`` map; empty when valid.
+
+    Unknown keys are allowed (additions to the schema are not breaking).
+    """
+    return _check_map(payload, _DETECTION_CHECKS, _check_analytics_and_boxes)
+
+
+_STATUS_CHECKS: Mapping[str, Check] = _common_checks(STATUS_SCHEMA) | {
+    "state": (lambda v: v in STATES, " | ".join(STATES)),
+    "reason": _STRING,
+    "attempt": _COUNT,
+    "retry_in_s": (lambda v: v is None or (_is_number(v) and v >= 0), "seconds >= 0 or null"),
+    "at": _EPOCH,
+    "frames": _COUNT,
+    "dropped": _COUNT,
+}
+
+
 def validate_status(payload: Any) -> list[str]:
     """Problems that keep ``payload`` from being a ``detstream.status/1`` map; empty when valid."""
-    if not isinstance(payload, Mapping):
-        return [f"payload: expected a map, got {type(payload).__name__}"]
-    checks = _common_checks(STATUS_SCHEMA) | {
-        "state": (lambda v: v in STATES, " | ".join(STATES)),
-        "reason": (lambda v: isinstance(v, str), "a string"),
-        "attempt": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
-        "retry_in_s": (lambda v: v is None or (_is_number(v) and v >= 0), "seconds >= 0 or null"),
-        "at": (_is_number, "epoch seconds"),
-        "frames": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
-        "dropped": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
-    }
-    return _check_fields(payload, checks)
+    return _check_map(payload, _STATUS_CHECKS)
 
 
 def _is_counts(value: Any) -> bool:
@@ -331,25 +357,28 @@ def _is_counts(value: Any) -> bool:
             and isinstance(value.get("labels"), dict))
 
 
-def validate_event(payload: Any) -> list[str]:
-    """Problems that keep ``payload`` from being a ``detstream.event/1`` map; empty when valid."""
-    if not isinstance(payload, Mapping):
-        return [f"payload: expected a map, got {type(payload).__name__}"]
-    checks = _common_checks(EVENT_SCHEMA) | {
-        "seq": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
-        "pts": (lambda v: v is None or _is_number(v), "a number or null"),
-        "at": (_is_number, "epoch seconds"),
-        "kind": (lambda v: v in EVENT_KINDS, " | ".join(EVENT_KINDS)),
-        "direction": (lambda v: v in (None, "in", "out"), "in, out or null"),
-        "track_id": (_is_int, "an integer"),
-        "label": (lambda v: isinstance(v, str), "a string"),
-        "score": (lambda v: v is None or (_is_number(v) and 0 <= v <= 1), "a number in [0, 1] or null"),
-        "box": (lambda v: v is None or (isinstance(v, list) and len(v) == 4 and all(_is_number(x) for x in v)),
-                "[x1, y1, x2, y2] or null"),
-        "counts": (_is_counts, "a map of in, out (and occupancy) and labels"),
-    }
-    problems = _check_fields(payload, checks)
+_EVENT_CHECKS: Mapping[str, Check] = _common_checks(EVENT_SCHEMA) | {
+    "seq": _COUNT,
+    "pts": _PTS,
+    "at": _EPOCH,
+    "kind": (lambda v: v in EVENT_KINDS, " | ".join(EVENT_KINDS)),
+    "direction": (lambda v: v in (None, "in", "out"), "in, out or null"),
+    "track_id": (_is_int, "an integer"),
+    "label": _STRING,
+    "score": (lambda v: v is None or (_is_number(v) and 0 <= v <= 1), "a number in [0, 1] or null"),
+    "box": (lambda v: v is None or (isinstance(v, list) and len(v) == 4 and all(_is_number(x) for x in v)),
+            "[x1, y1, x2, y2] or null"),
+    "counts": (_is_counts, "a map of in, out (and occupancy) and labels"),
+}
+
+
+def _check_region(payload: Mapping[str, Any]) -> list[str]:
     regions = [key for key in ("zone", "line") if isinstance(payload.get(key), str)]
     if len(regions) != 1:
-        problems.append(f"zone/line: expected exactly one of them as a string, got {regions or 'neither'}")
-    return problems
+        return [f"zone/line: expected exactly one of them as a string, got {regions or 'neither'}"]
+    return []
+
+
+def validate_event(payload: Any) -> list[str]:
+    """Problems that keep ``payload`` from being a ``detstream.event/1`` map; empty when valid."""
+    return _check_map(payload, _EVENT_CHECKS, _check_region)

@@ -117,10 +117,7 @@ class PyAVSource(FrameSource):
         self._decimator.interval_s = 1.0 / max_fps if max_fps else 0.0
 
     def join(self, timeout_s: float | None = None) -> bool:
-        if self._thread.ident is None:
-            return True
-        self._thread.join(timeout_s)
-        return not self._thread.is_alive()
+        return self._thread.join_within(timeout_s)
 
     @property
     def total_frames(self) -> int | None:

@@ -63,8 +63,7 @@ class InferenceStage:
         self._thread.start()
 
     def join(self, timeout_s: float | None = None) -> bool:
-        self._thread.join(timeout_s)
-        return not self._thread.is_alive()
+        return self._thread.join_within(timeout_s)
 
     def _run(self) -> None:
         window = None if self._engine.batch_window else 0.0

@@ -115,8 +115,7 @@ class ResultsStage:
         self._thread.start()
 
     def join(self, timeout_s: float | None = None) -> bool:
-        self._thread.join(timeout_s)
-        return not self._thread.is_alive()
+        return self._thread.join_within(timeout_s)
 
     @property
     def alive(self) -> bool:

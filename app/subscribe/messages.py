@@ -8,7 +8,7 @@ and raises ValueError listing every problem. Keys this version does not know are
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,16 @@ _EVENT_KEYS = ("schema", "stream", "seq", "pts", "at", "kind", "zone", "line", "
 
 def _extra(payload: Mapping[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
     return {key: value for key, value in payload.items() if key not in known}
+
+
+def _checked_extra(payload: Mapping[str, Any], validate: Callable[[Any], list[str]], what: str,
+                   known: tuple[str, ...]) -> dict[str, Any]:
+    """The keys of a valid ``payload`` outside ``known`` (a message's ``extra``); ValueError listing every
+    problem ``validate`` finds otherwise."""
+    problems = validate(payload)
+    if problems:
+        raise ValueError(f"invalid {what} message: " + "; ".join(problems))
+    return _extra(payload, known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,16 +89,13 @@ class DetectionMessage:
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> DetectionMessage:
-        problems = validate_detection(payload)
-        if problems:
-            raise ValueError("invalid detection message: " + "; ".join(problems))
+        extra = _checked_extra(payload, validate_detection, "detection", _MESSAGE_KEYS)
         latency = Latency(*(float(payload["latency_ms"][key]) for key in LATENCY_KEYS))
         return cls(
             payload["stream"], payload["seq"], payload["pts"], float(payload["captured_at"]),
             float(payload["published_at"]), payload["width"], payload["height"], payload["dropped_before"],
             latency, payload["model"], payload["engine"],
-            tuple(Detection.from_payload(item) for item in payload["detections"]),
-            _extra(payload, _MESSAGE_KEYS),
+            tuple(Detection.from_payload(item) for item in payload["detections"]), extra,
         )
 
     def to_payload(self) -> dict[str, Any]:
@@ -131,13 +138,11 @@ class StatusMessage:
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> StatusMessage:
-        problems = validate_status(payload)
-        if problems:
-            raise ValueError("invalid status message: " + "; ".join(problems))
+        extra = _checked_extra(payload, validate_status, "status", _STATUS_KEYS)
         retry = payload["retry_in_s"]
         return cls(payload["stream"], payload["state"], payload["reason"], payload["attempt"],
                    None if retry is None else float(retry), float(payload["at"]), payload["frames"],
-                   payload["dropped"], _extra(payload, _STATUS_KEYS))
+                   payload["dropped"], extra)
 
     def to_payload(self) -> dict[str, Any]:
         return {"schema": "detstream.status/1", "stream": self.stream, "state": self.state, "reason": self.reason,
@@ -171,16 +176,13 @@ class EventMessage:
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> EventMessage:
-        problems = validate_event(payload)
-        if problems:
-            raise ValueError("invalid event message: " + "; ".join(problems))
+        extra = _checked_extra(payload, validate_event, "event", _EVENT_KEYS)
         region_kind = "zone" if isinstance(payload.get("zone"), str) else "line"
         box = payload["box"]
         return cls(payload["stream"], payload["seq"], payload["pts"], float(payload["at"]), payload["kind"],
                    region_kind, payload[region_kind], payload["direction"], payload.get("reason"),
                    payload["track_id"], payload["label"], payload["score"],
-                   None if box is None else tuple(float(v) for v in box), payload["counts"],
-                   _extra(payload, _EVENT_KEYS))
+                   None if box is None else tuple(float(v) for v in box), payload["counts"], extra)
 
     def to_payload(self) -> dict[str, Any]:
         return {"schema": "detstream.event/1", "stream": self.stream, "seq": self.seq, "pts": self.pts,

@@ -57,3 +57,13 @@ def test_threads_started_from_a_stage_thread_inherit_its_name() -> None:
     thread.start()
     thread.join(5)
     assert seen == ["engine.ctx0"]
+
+
+def test_join_within_says_whether_the_thread_ended_in_time() -> None:
+    release = threading.Event()
+    thread = StageThread(release.wait, "detstream.test")
+    assert thread.join_within(0.01)  # never started: nothing to wait for
+    thread.start()
+    assert not thread.join_within(0.05)
+    release.set()
+    assert thread.join_within(5)

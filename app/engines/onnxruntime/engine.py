@@ -42,10 +42,10 @@ from typing import Any
 import numpy as np
 
 from app.config import EngineConfig
-from app.engines.base import Engine, InferenceHandle, dynamic_batch_sizes
+from app.engines.base import Engine, InferenceHandle, dynamic_batch_sizes, first_line
 from app.engines.onnxruntime.outputs import OutputSets, ShapeEntry
 from app.engines.onnxruntime.session import CPU, create_session, find_input, intra_op_threads
-from app.engines.onnxruntime.workers import CpuWorkers, WorkerHandle, first_line
+from app.engines.onnxruntime.workers import CpuWorkers, WorkerHandle
 from app.engines.shapes import OutputShapes
 from app.errors import EngineError
 from app.types import ModelSpec
@@ -168,8 +168,7 @@ class OrtEngine(Engine):
         """CPU workers: wait until a worker lacks a job waiting behind its run (see :meth:`Engine.wait_for_room`)."""
         if self._workers is None:
             return super().wait_for_room(stop)
-        room = self._workers.wait_for_room(stop)
-        return min(room, max(self.batch_sizes)) if room else 0
+        return self._workers.wait_for_room(stop, max(self.batch_sizes))
 
     def close(self) -> None:
         """Stop and join the worker threads (a run in progress finishes first), then release the session. Idempotent."""

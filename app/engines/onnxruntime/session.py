@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from app.config import EngineConfig
-from app.engines.onnxruntime.workers import first_line
+from app.engines.base import first_line
 from app.errors import EngineLoadError, ModelError
 from app.models.quantization.fp16 import fp16_model
 from app.types import ModelSpec

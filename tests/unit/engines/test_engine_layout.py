@@ -44,7 +44,8 @@ def imports(path: Path) -> list[tuple[str, bool]]:
 def test_the_scan_sees_both_backends_and_the_shared_rooms() -> None:
     for name in (*BACKENDS, "app.engines.openvino.engine",
                  "app.engines.tensorrt.engine", "app.engines.onnxruntime.engine", "app.engines.base",
-                 "app.engines.shapes", "app.engines.cuda.device", "app.engines.cuda.host_memory"):
+                 "app.engines.shapes", "app.engines.cuda.device", "app.engines.cuda.host_memory",
+                 "app.engines.frame_workers"):
         assert name in MODULES, name
 
 
@@ -58,7 +59,8 @@ def test_a_backend_never_imports_the_other_backend_or_the_registry(backend: str,
             assert target != "app.engines", f"{name} imports the registry"
 
 
-@pytest.mark.parametrize("shared", ["app.engines.base", "app.engines.shapes", "app.engines.cuda"])
+@pytest.mark.parametrize("shared", ["app.engines.base", "app.engines.shapes", "app.engines.cuda",
+                                    "app.engines.frame_workers"])
 def test_the_shared_rooms_import_no_backend(shared: str) -> None:
     for name in (n for n in MODULES if n == shared or n.startswith(shared + ".")):
         for target, _ in imports(MODULES[name]):
