@@ -2,8 +2,8 @@
 
 ONNX Runtime's CPU provider (:mod:`app.engines.onnxruntime.workers`) splits a submitted batch into jobs (one
 per frame, or per fixed-size chunk) and runs them on ``count`` worker threads that take ``(handle, job)``
-pairs from one FIFO: several single-frame runs on a few cores each keep a small CPU busier than one batched run on all of them. Each job
-counts itself off its :class:`JobHandle` when it ends, failed or not; the last one releases
+pairs from one FIFO: several single-frame runs on a few cores each keep a small CPU busier than one batched
+run on all of them. Each job counts itself off its :class:`JobHandle` when it ends, failed or not; the last one releases
 :meth:`JobHandle.wait`, which raises :class:`~app.errors.EngineError` with the first failure.
 
 :meth:`FrameWorkers.wait_for_room` keeps at most one job waiting behind each worker's run, so live frames wait
