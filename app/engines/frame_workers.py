@@ -1,9 +1,10 @@
 """Single-frame jobs from one FIFO on N worker threads: the run loop the CPU backends share.
 
-ONNX Runtime's CPU provider (:mod:`app.engines.onnxruntime.workers`) splits a submitted batch into jobs (one
-per frame, or per fixed-size chunk) and runs them on ``count`` worker threads that take ``(handle, job)``
-pairs from one FIFO: several single-frame runs on a few cores each keep a small CPU busier than one batched
-run on all of them. Each job counts itself off its :class:`JobHandle` when it ends, failed or not; the last one releases
+ONNX Runtime's CPU provider (:mod:`app.engines.onnxruntime.workers`) and OpenVINO
+(:mod:`app.engines.openvino.engine`) both split a submitted batch into jobs (one per frame, or per fixed-size
+chunk) and run them on ``count`` worker threads that take ``(handle, job)`` pairs from one FIFO: several
+single-frame runs on a few cores each keep a small CPU busier than one batched run on all of them. Each job
+counts itself off its :class:`JobHandle` when it ends, failed or not; the last one releases
 :meth:`JobHandle.wait`, which raises :class:`~app.errors.EngineError` with the first failure.
 
 :meth:`FrameWorkers.wait_for_room` keeps at most one job waiting behind each worker's run, so live frames wait
@@ -11,9 +12,8 @@ in the batcher, where the live drop policy applies, and not in this queue. :meth
 the jobs not started yet, lets the running ones finish and joins the threads.
 
 What a job does is the backend's: ``FrameWorkers(worker, ...)`` calls ``worker()`` once on each worker thread
-and runs every job there with the function it returns, so per-thread state lives in that function's closure
-and needs no lock. OpenVINO's engine keeps its own loop of the same shape: on this pool, a test process that
-had run OpenVINO and ONNX Runtime engines crashed (SIGSEGV) when it was sent SIGTERM, for a reason not found.
+and runs every job there with the function it returns, so per-thread state (an OpenVINO infer request per
+input size) lives in that function's closure and needs no lock.
 
 Threads: ``<name>.ctx<i>`` (``detstream.engine.ctx<i>``), owned by :class:`FrameWorkers` (started by its
 constructor, joined by :meth:`FrameWorkers.close`). The engine thread calls :meth:`FrameWorkers.wait_for_room`

@@ -1,6 +1,6 @@
 """OvEngine: a model on OpenVINO's CPU plugin, frames run one by one on worker threads.
 
-The shape of the work is the ONNX Runtime CPU workers' (:mod:`app.engines.onnxruntime.workers`):
+The work runs as the ONNX Runtime CPU workers' does, on :class:`~app.engines.frame_workers.FrameWorkers`:
 ``engine.openvino.requests`` worker threads (``detstream.engine.ctx<i>``) each own one infer request per input
 size and run single frames from one FIFO; the compiled model has as many CPU streams as there are requests, so
 two frames are in flight on two cores. :meth:`OvEngine.wait_for_room` keeps at most one job waiting behind each
@@ -23,18 +23,17 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from app.engines.base import Engine, InferenceHandle, dynamic_batch_sizes
+from app.engines.base import Engine, InferenceHandle, dynamic_batch_sizes, first_line
+from app.engines.frame_workers import FrameWorkers, JobHandle
 from app.errors import EngineError, EngineLoadError
-from app.threads import StageThread
 from app.types import ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -49,34 +48,14 @@ def openvino_cache_dir() -> Path:
     return (Path(root).expanduser() if root else Path.home() / ".cache" / "detstream") / "openvino"
 
 
-class OvHandle(InferenceHandle):
-    """One submitted batch: one job per frame, completed by the workers in any order."""
+class OvHandle(JobHandle):
+    """One submitted batch of frames of size ``hw``: one job per frame, each keeping its own outputs."""
+
+    __slots__ = ("hw",)
 
     def __init__(self, what: str, frames: Sequence[np.ndarray], hw: tuple[int, int]) -> None:
-        self._what = what
-        self.frames = frames
+        super().__init__(what, frames, len(frames))
         self.hw = hw
-        self.results: list[list[np.ndarray] | None] = [None] * len(frames)
-        self._left = len(frames)
-        self._error: BaseException | None = None
-        self._lock = threading.Lock()
-        self._done = threading.Event()
-
-    def wait(self) -> list[np.ndarray]:
-        self._done.wait()
-        if self._error is not None:
-            raise EngineError(f"{self._what}: {_first_line(self._error)}") from self._error
-        parts = [r for r in self.results if r is not None]
-        return [np.concatenate([part[i] for part in parts]) for i in range(len(parts[0]))]
-
-    def job_done(self, error: BaseException | None) -> None:
-        with self._lock:
-            if error is not None and self._error is None:
-                self._error = error
-            self._left -= 1
-            last = self._left == 0
-        if last:
-            self._done.set()
 
 
 class OvEngine(Engine):
@@ -110,72 +89,43 @@ class OvEngine(Engine):
         try:
             self._model = self._core.read_model(spec.path)
         except Exception as error:
-            raise EngineLoadError(f"openvino cannot read {spec.path}: {_first_line(error)}") from None
+            raise EngineLoadError(f"openvino cannot read {spec.path}: {first_line(error)}") from None
         self.accepts_dynamic_hw = spec.dynamic_hw
         self.batch_sizes = dynamic_batch_sizes(max_batch)  # any count: every frame is a job of its own
         self._compiled: dict[tuple[int, int], Any] = {}
         self._compile_lock = threading.Lock()
-        self._jobs: queue.SimpleQueue[tuple[OvHandle, int] | None] = queue.SimpleQueue()
-        self._taken = threading.Condition()
-        self._lock = threading.Lock()
-        self._closed = False
         nominal = self._compile((spec.input_height, spec.input_width))
         # One run on this thread before any worker starts: the Python bindings initialise function-local statics
         # on first use while releasing the GIL, and two workers doing that first use at once deadlock.
         _run(nominal.create_infer_request(), np.zeros((3, *self._shape(nominal)), np.float32))
-        self._threads = [StageThread(self._loop, f"detstream.engine.ctx{i}") for i in range(requests)]
-        for thread in self._threads:
-            thread.start()
+        self._workers: FrameWorkers[OvHandle] = FrameWorkers(self._worker, requests)
 
     def submit(self, frames: Sequence[np.ndarray]) -> InferenceHandle:
         """Engine thread: check the frames, compile their size if new, queue one job per frame."""
         hw = self._check(frames)
-        with self._lock:
-            if self._closed:
-                raise EngineError(f"{self.backend}: submit after close")
+        if self._workers.closed:
+            raise EngineError(f"{self.backend}: submit after close")
         self._compile(hw)
         handle = OvHandle(self._what, frames, hw)
-        for job in range(len(frames)):
-            self._jobs.put((handle, job))
+        self._workers.put(handle, len(frames))
         return handle
 
     def wait_for_room(self, stop: threading.Event, poll_s: float = 0.05) -> int:
         """Block while every worker already has a job waiting behind its run (see :meth:`Engine.wait_for_room`);
         then how many more jobs keep each worker one job ahead."""
-        with self._taken:
-            while not stop.is_set() and not self._closed:
-                room = len(self._threads) - self._jobs.qsize()
-                if room > 0:
-                    return min(room, max(self.batch_sizes))
-                self._taken.wait(poll_s)
-        return 0
+        return self._workers.wait_for_room(stop, max(self.batch_sizes), poll_s)
 
     def warmup(self) -> None:
         """Run every worker twice at the nominal size (first runs allocate)."""
         zeros = np.zeros((3, self.spec.input_height, self.spec.input_width), np.float32)
-        count = min(len(self._threads), max(self.batch_sizes))
-        for _ in range(2 * len(self._threads) // count):
+        count = min(self._workers.count, max(self.batch_sizes))
+        for _ in range(2 * self._workers.count // count):
             self.submit([zeros] * count).wait()
 
     def close(self) -> None:
-        """Fail the jobs not started, let running ones finish, join the workers. Idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        closed = EngineError("engine closed before this frame ran")
-        while True:
-            try:
-                item = self._jobs.get_nowait()
-            except queue.Empty:
-                break
-            if item is not None:
-                item[0].job_done(closed)
-        for _ in self._threads:
-            self._jobs.put(None)
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join()
+        """Fail the jobs not started, let running ones finish, join the workers, then drop the compiled models.
+        Idempotent."""
+        self._workers.close()
         self._compiled.clear()
 
     def _compile(self, hw: tuple[int, int]) -> Any:
@@ -190,28 +140,23 @@ class OvEngine(Engine):
                 compiled = self._core.compile_model(model, self.device, self._properties)
             except Exception as error:
                 raise EngineLoadError(f"openvino cannot compile {self.spec.path} at {hw[1]}x{hw[0]}: "
-                                      f"{_first_line(error)}") from None
+                                      f"{first_line(error)}") from None
             self._compiled[hw] = compiled
             logger.debug("openvino: %s at %dx%d ready in %.2f s", self.spec.name, hw[1], hw[0], time.monotonic() - t0)
             return compiled
 
-    def _loop(self) -> None:
-        """Runs on ``detstream.engine.ctx<i>``: one infer request per input size, jobs until the sentinel."""
+    def _worker(self) -> Callable[[OvHandle, int], None]:
+        """Runs once on each ``detstream.engine.ctx<i>``: its job function, with one infer request per input size."""
         requests: dict[tuple[int, int], Any] = {}
-        while (item := self._jobs.get()) is not None:
-            with self._taken:
-                self._taken.notify()
-            handle, job = item
-            error: BaseException | None = None
-            try:
-                request = requests.get(handle.hw)
-                if request is None:
-                    request = requests[handle.hw] = self._compiled[handle.hw].create_infer_request()
-                handle.results[job] = _run(request, handle.frames[job])
-            except Exception as failure:  # reported by that handle's wait; the worker goes on
-                error = failure
-            finally:
-                handle.job_done(error)
+        compiled = self._compiled
+
+        def run(handle: OvHandle, job: int) -> None:
+            request = requests.get(handle.hw)
+            if request is None:
+                request = requests[handle.hw] = compiled[handle.hw].create_infer_request()
+            handle.keep_outputs(job, _run(request, handle.frames[job]))
+
+        return run
 
     @staticmethod
     def _shape(compiled: Any) -> tuple[int, int]:
@@ -243,8 +188,3 @@ def _run(request: Any, frame: np.ndarray) -> list[np.ndarray]:
     """One frame through ``request``, read in place; its outputs copied out (the request reuses its tensors)."""
     request.infer({0: np.ascontiguousarray(frame, np.float32)[None]}, share_inputs=True)
     return [np.array(t.data) for t in request.output_tensors]
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
