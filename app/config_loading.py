@@ -94,6 +94,11 @@ def shorten(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     return f"{text[:limit]}... ({len(text)} characters)"
 
 
+def printable(text: str) -> str:
+    """``text`` with line breaks and other control characters escaped, so an error stays one line."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii", "replace")
+
+
 def format_validation_error(error: ValidationError) -> str:
     """The problems joined by ``; ``, each ``field.path: message (got VALUE)``; the first few, then a count."""
     lines = []
@@ -101,9 +106,9 @@ def format_validation_error(error: ValidationError) -> str:
     for item in problems[:MAX_PROBLEMS_SHOWN]:
         path = ""
         for part in item["loc"]:
-            part = part if isinstance(part, int) else shorten(str(part), MAX_KEY_CHARS)
+            part = part if isinstance(part, int) else shorten(printable(str(part)), MAX_KEY_CHARS)
             path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-        message = shorten(item["msg"].removeprefix("Value error, "))
+        message = shorten(printable(item["msg"].removeprefix("Value error, ")))
         value = item.get("input")
         hidden = isinstance(value, (dict, list)) or item["type"] == "missing"
         shown = "" if hidden else f" (got {shorten(redact_url(repr(value)))})"  # redacted whole, then cut

@@ -118,6 +118,15 @@ def test_an_unknown_5000_character_key_is_not_echoed_whole():
     assert "Extra inputs are not permitted" in message
 
 
+@pytest.mark.parametrize("key", ["\n", "a\r\nb", "tab\there", "nul\x00"])
+def test_an_unknown_key_with_control_characters_is_reported_on_one_line(key):
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"sources": [{"url": "a.mp4"}], "publish": {key: 1}}, env={})
+    text = str(caught.value)
+    assert text.isprintable(), repr(text)
+    assert text.startswith("publish.") and "Extra inputs are not permitted" in text
+
+
 def test_an_unset_variable_under_a_huge_key_is_reported_short():
     with pytest.raises(ConfigError) as error:
         parse_config({"sources": [{"url": "a.mp4"}], "k" * 5000: "${NOT_SET}"}, env={})
