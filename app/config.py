@@ -184,7 +184,16 @@ class TensorRTConfig(StrictModel):
     cuda_graphs: bool = Field(True, description="capture a CUDA graph per batch size and replay it (fewer launches)")
     cache_dir: str | None = Field(None, description="engine cache (also ONNX Runtime's TensorRT EP cache); default "
                                   "~/.cache/detstream/engines")
-    calib: str | None = Field(None, description="INT8 calibration video or image folder (`engine.precision: int8`)")
+    calib: str | None = Field(None, description="not used: INT8 runs the Q/DQ model that `detstream quantize --calib` "
+                              "makes; accepted, with a warning, so that older files still load")
+
+    @field_validator("calib")
+    @classmethod
+    def _calib_unused(cls, calib: str | None) -> str | None:
+        if calib is not None:
+            logger.warning("engine.tensorrt.calib is not used: INT8 engines are built from the Q/DQ model that "
+                           "`detstream quantize --calib PATH` makes")
+        return calib
 
     @property
     def engine_cache_dir(self) -> Path:
