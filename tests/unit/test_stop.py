@@ -94,3 +94,16 @@ def test_a_command_other_than_run_gets_the_previous_handlers_back(restore_handle
     file.write_text("sources:\n  - url: a.mp4\n")
     assert main(["config", "check", str(file)], stop=StopRequest().install()) == 0
     assert {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} == before
+
+
+def test_the_detstream_command_installs_its_handlers_before_importing_anything_heavy():
+    """The console script (what `make demo`, containers and users run) and `python -m app` share app.entry:main,
+    whose import loads nothing but app.stop: the stop request is in place before the CLI's imports start."""
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["detstream"] == "app.entry:main"
+    out = subprocess.run([sys.executable, "-c", "import app.entry, sys; "
+                          "print(sorted(m for m in sys.modules if m.startswith('app')))"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.stdout.strip() == "['app', 'app.entry', 'app.stop']", out.stderr[-1000:]
