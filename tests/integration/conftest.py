@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -50,3 +51,12 @@ def garbage_server() -> Iterator[GarbageServer]:
     server = GarbageServer()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="module")
+def small_clip(tmp_path_factory) -> Path:
+    """A 40-frame 160x120 H.264 test pattern, made once per module."""
+    path = tmp_path_factory.mktemp("clips") / "small.mp4"
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc=size=160x120:rate=25",
+                    "-frames:v", "40", "-c:v", "libx264", "-pix_fmt", "yuv420p", str(path)], check=True, timeout=60)
+    return path

@@ -149,16 +149,17 @@ class RtspServer:
             os.killpg(self.proc.pid, signal.SIGCONT)
 
 
-class GarbageServer:
-    """Accepts TCP connections and answers anything with bytes that are not RTSP."""
+class LoopbackPeer:
+    """A TCP server on 127.0.0.1 whose accept loop runs on a daemon thread; ``handle(conn)`` is the subclass's."""
 
-    def __init__(self, reply: bytes = b"\x00\xffNOT RTSP AT ALL\r\n\r\n" * 8) -> None:
-        self.reply = reply
+    thread_name = "test.peer"
+
+    def __init__(self) -> None:
         self._sock = socket.create_server(("127.0.0.1", 0))
         self._sock.settimeout(0.2)
         self.port = self._sock.getsockname()[1]
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name="test.garbage", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name=self.thread_name, daemon=True)
         self._thread.start()
 
     def _serve(self) -> None:
@@ -167,13 +168,12 @@ class GarbageServer:
                 conn, _ = self._sock.accept()
             except TimeoutError:
                 continue
-            with conn:
-                conn.settimeout(1.0)
-                try:
-                    conn.recv(4096)
-                    conn.sendall(self.reply)
-                except OSError:
-                    continue
+            except OSError:
+                return
+            self.handle(conn)
+
+    def handle(self, conn: socket.socket) -> None:
+        raise NotImplementedError
 
     def url(self, path: str = "/cam") -> str:
         return f"rtsp://127.0.0.1:{self.port}{path}"
@@ -182,6 +182,25 @@ class GarbageServer:
         self._stop.set()
         self._thread.join(2)
         self._sock.close()
+
+
+class GarbageServer(LoopbackPeer):
+    """Accepts TCP connections and answers anything with bytes that are not RTSP."""
+
+    thread_name = "test.garbage"
+
+    def __init__(self, reply: bytes = b"\x00\xffNOT RTSP AT ALL\r\n\r\n" * 8) -> None:
+        self.reply = reply
+        super().__init__()
+
+    def handle(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(1.0)
+            try:
+                conn.recv(4096)
+                conn.sendall(self.reply)
+            except OSError:
+                return
 
 
 def dead_port() -> int:

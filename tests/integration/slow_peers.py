@@ -12,38 +12,25 @@ import socket
 import threading
 import time
 
+from tests.integration.rtsp import LoopbackPeer
 
-class SilentServer:
+
+class SilentServer(LoopbackPeer):
     """Accepts TCP connections and never sends a byte (a camera that hangs before answering)."""
 
+    thread_name = "test.silent"
+
     def __init__(self) -> None:
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self._sock.settimeout(0.2)
-        self.port = self._sock.getsockname()[1]
-        self._stop = threading.Event()
         self._conns: list[socket.socket] = []
-        self._thread = threading.Thread(target=self._serve, name="test.silent", daemon=True)
-        self._thread.start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self._conns.append(conn)
-
-    def url(self, path: str = "/cam") -> str:
-        return f"rtsp://127.0.0.1:{self.port}{path}"
+    def handle(self, conn: socket.socket) -> None:
+        self._conns.append(conn)
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(2)
+        super().close()
         for conn in self._conns:
             conn.close()
-        self._sock.close()
 
 
 class SlowProxy:

@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
 import time
 import tracemalloc
 from pathlib import Path
-
-import pytest
 
 from app.config import parse_config
 from app.pipeline import Pipeline
 from tests.conftest import Collector, free_port
 from tests.fakes import FixedEngine, MemoryPublisher, MemorySink
-
-
-@pytest.fixture(scope="module")
-def small_clip(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("clips") / "small.mp4"
-    subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc=size=160x120:rate=25",
-                    "-frames:v", "40", "-c:v", "libx264", "-pix_fmt", "yuv420p", str(path)], check=True, timeout=60)
-    return path
 
 
 def _config(clip: Path, port: int, **source):

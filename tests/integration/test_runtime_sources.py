@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -14,14 +13,6 @@ from app.config import SourceConfig, parse_config
 from app.control import CapacityError, DuplicateSourceError, FieldError, UnknownSourceError
 from app.pipeline import Pipeline
 from tests.fakes import FixedEngine, MemoryPublisher
-
-
-@pytest.fixture(scope="module")
-def small_clip(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("clips") / "small.mp4"
-    subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc=size=160x120:rate=25",
-                    "-frames:v", "40", "-c:v", "libx264", "-pix_fmt", "yuv420p", str(path)], check=True, timeout=60)
-    return path
 
 
 def _pipeline(clip: Path, max_sources: int = 3) -> tuple[Pipeline, MemoryPublisher]:

@@ -16,6 +16,15 @@ from collections.abc import Iterator
 
 import onnxruntime
 import pytest
+from host_device import HostDevice
+
+
+@pytest.fixture
+def device() -> Iterator[HostDevice]:
+    """A HostDevice (threads as CUDA streams), closed after the test."""
+    dev = HostDevice()
+    yield dev
+    dev.close()
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -19,13 +18,6 @@ from app.engines.tensorrt.runtime import BuildOptions
 from app.engines.tensorrt.scheduler import plan_steps
 from app.errors import EngineError
 from app.types import ModelSpec
-
-
-@pytest.fixture
-def device() -> Iterator[HostDevice]:
-    dev = HostDevice()
-    yield dev
-    dev.close()
 
 
 def _open(tmp_path: Path, device: HostDevice, runtime: FakeTrtRuntime, *, batch: int | None = None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -72,6 +73,10 @@ def test_wait_for_room_keeps_one_job_ahead_per_worker_and_close_fails_the_queued
     stop.clear()
     closer = threading.Thread(target=workers.close)
     closer.start()
+    deadline = time.monotonic() + 5
+    while not workers.closed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)  # close() drains the queue right after it marks itself closed; release the runs after that
     release.set()
     closer.join(5)
     assert not closer.is_alive() and workers.closed

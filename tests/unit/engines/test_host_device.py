@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -11,13 +10,6 @@ from host_device import HostDevice
 
 from app.engines.cuda.host_memory import PinnedAllocator, alloc_host
 from app.errors import EngineError, StateError
-
-
-@pytest.fixture
-def device() -> Iterator[HostDevice]:
-    dev = HostDevice()
-    yield dev
-    dev.close()
 
 
 def test_copies_round_trip_through_device_memory_at_offsets(device: HostDevice) -> None:

@@ -8,7 +8,6 @@ nothing a consumer still reads and releases contexts and engine, precision taken
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -25,13 +24,6 @@ from app.engines.tensorrt.scheduler import TENSOR_ALIGNMENT, aligned, device_byt
 from app.errors import EngineError, EngineLoadError
 from app.models.store.files import sha256_file
 from app.models.store.provenance import QUANTIZED_FROM, QUANTIZER_VERSION, QUANTIZER_VERSION_KEY
-
-
-@pytest.fixture
-def device() -> Iterator[HostDevice]:
-    dev = HostDevice()
-    yield dev
-    dev.close()
 
 
 def _open(tmp_path: Path, device: HostDevice, runtime: FakeTrtRuntime, *, batch: int | None = None,
