@@ -7,9 +7,12 @@ two frames are in flight on two cores. :meth:`OvEngine.wait_for_room` keeps at m
 worker's run, so live frames wait in the batcher, where the live drop policy applies, and not here.
 
 Input sizes: one static compiled model per ``(height, width)`` (the nominal size at warm-up, each rectangular
-size on its first frame); a static shape runs a little faster on the CPU than one dynamic H/W model. Compiled
-models are cached on disk (``CACHE_DIR``, :func:`openvino_cache_dir`), so a restart loads them in a fraction of
-a second instead of compiling again.
+size on its first frame); a static shape runs a little faster on the CPU than one dynamic H/W model. Each
+compiled model holds its own weights and buffers (about 80 MB for the default model), so the engine keeps only
+what frames use: the model file is read again for each new size rather than held, and the nominal model, compiled
+to check the file and warm the workers, is released when the first frames of another size arrive before any of
+its own. Compiled models are cached on disk (``CACHE_DIR``, :func:`openvino_cache_dir`), so a restart, or a size
+compiled again, loads in a fraction of a second instead of compiling.
 
 Precision is OpenVINO's ``INFERENCE_PRECISION_HINT``: ``bf16`` or ``f32``; an INT8 (Q/DQ) model runs as INT8.
 Outputs are the model's own tensors, copied out of the request (a frame's rows), so they go through the same
@@ -86,23 +89,34 @@ class OvEngine(Engine):
             self._properties["INFERENCE_NUM_THREADS"] = threads
         if HINTS.get(precision):
             self._properties["INFERENCE_PRECISION_HINT"] = HINTS[precision]
-        try:
-            self._model = self._core.read_model(spec.path)
-        except Exception as error:
-            raise EngineLoadError(f"openvino cannot read {spec.path}: {first_line(error)}") from None
         self.accepts_dynamic_hw = spec.dynamic_hw
         self.batch_sizes = dynamic_batch_sizes(max_batch)  # any count: every frame is a job of its own
         self._compiled: dict[tuple[int, int], Any] = {}
+        self._served: set[tuple[int, int]] = set()  # sizes that frames (not the warm-up) have used
+        self._released = 0  # bumped when a compiled size is dropped; workers then drop its requests
         self._compile_lock = threading.Lock()
-        nominal = self._compile((spec.input_height, spec.input_width))
+        self._nominal = (spec.input_height, spec.input_width)
+        nominal = self._compile(self._nominal)
         # One run on this thread before any worker starts: the Python bindings initialise function-local statics
         # on first use while releasing the GIL, and two workers doing that first use at once deadlock.
         _run(nominal.create_infer_request(), np.zeros((3, *self._shape(nominal)), np.float32))
         self._workers: FrameWorkers[OvHandle] = FrameWorkers(self._worker, requests)
 
+    @property
+    def compiled_sizes(self) -> tuple[tuple[int, int], ...]:
+        """The ``(height, width)`` sizes compiled now."""
+        return tuple(self._compiled)
+
     def submit(self, frames: Sequence[np.ndarray]) -> InferenceHandle:
         """Engine thread: check the frames, compile their size if new, queue one job per frame."""
         hw = self._check(frames)
+        if hw not in self._served:
+            self._served.add(hw)
+            if self._nominal not in self._served and self._compiled.pop(self._nominal, None) is not None:
+                self._released += 1  # only the warm-up ran it: its weights and buffers go (see module docstring)
+        return self._queue(frames, hw)
+
+    def _queue(self, frames: Sequence[np.ndarray], hw: tuple[int, int]) -> OvHandle:
         if self._workers.closed:
             raise EngineError(f"{self.backend}: submit after close")
         self._compile(hw)
@@ -117,10 +131,10 @@ class OvEngine(Engine):
 
     def warmup(self) -> None:
         """Run every worker twice at the nominal size (first runs allocate)."""
-        zeros = np.zeros((3, self.spec.input_height, self.spec.input_width), np.float32)
+        zeros = np.zeros((3, *self._nominal), np.float32)
         count = min(self._workers.count, max(self.batch_sizes))
         for _ in range(2 * self._workers.count // count):
-            self.submit([zeros] * count).wait()
+            self._queue([zeros] * count, self._nominal).wait()
 
     def close(self) -> None:
         """Fail the jobs not started, let running ones finish, join the workers, then drop the compiled models.
@@ -134,7 +148,10 @@ class OvEngine(Engine):
             if compiled is not None:
                 return compiled
             t0 = time.monotonic()
-            model = self._model.clone()
+            try:
+                model = self._core.read_model(self.spec.path)
+            except Exception as error:
+                raise EngineLoadError(f"openvino cannot read {self.spec.path}: {first_line(error)}") from None
             try:
                 model.reshape({model.inputs[0].any_name: [1, 3, *hw]})
                 compiled = self._core.compile_model(model, self.device, self._properties)
@@ -149,8 +166,14 @@ class OvEngine(Engine):
         """Runs once on each ``detstream.engine.ctx<i>``: its job function, with one infer request per input size."""
         requests: dict[tuple[int, int], Any] = {}
         compiled = self._compiled
+        released = self._released
 
         def run(handle: OvHandle, job: int) -> None:
+            nonlocal released
+            if released != self._released:  # a compiled size was dropped: so are its requests here
+                released = self._released
+                for hw in [hw for hw in requests if hw not in compiled]:
+                    del requests[hw]
             request = requests.get(handle.hw)
             if request is None:
                 request = requests[handle.hw] = compiled[handle.hw].create_infer_request()

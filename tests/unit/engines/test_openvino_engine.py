@@ -38,6 +38,26 @@ def test_a_rectangular_size_compiles_once_and_computes_right(engine: OvEngine) -
         engine.submit([np.zeros((3, 6, 8), np.float32)])
 
 
+def test_the_warm_up_size_is_released_when_frames_use_another(engine: OvEngine) -> None:
+    nominal = (engine.spec.input_height, engine.spec.input_width)
+    engine.warmup()
+    assert engine.compiled_sizes == (nominal,)
+    rect = random_frames(2, height=4, width=8)
+    engine.submit(list(rect)).wait()
+    assert engine.compiled_sizes == ((4, 8),)
+    square = random_frames(2)  # the nominal size is compiled again when a frame needs it, and then kept
+    for got, want in zip(engine.submit(list(square)).wait(), reference(square), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(engine.submit(list(rect)).wait()[1], reference(rect)[1], rtol=1e-5)
+    assert set(engine.compiled_sizes) == {nominal, (4, 8)}
+
+
+def test_a_size_used_by_frames_stays_compiled(engine: OvEngine) -> None:
+    engine.submit(list(random_frames(1))).wait()
+    engine.submit(list(random_frames(1, height=4, width=8))).wait()
+    assert len(engine.compiled_sizes) == 2
+
+
 def test_the_compiled_model_cache_is_written(tmp_path: Path, engine: OvEngine) -> None:
     engine.warmup()
     assert any((tmp_path / "cache").iterdir())
