@@ -1,5 +1,8 @@
 """From the parsed YAML tree to what pydantic validates, and from its errors back to one short line.
 
+:class:`StrictModel` is the base of every config section: unknown keys and
+non-finite numbers are refused.
+
 ``${VAR}`` interpolation runs over the tree before validation, so an unset
 variable is reported with its field path, and a value that lands in a URL's
 userinfo is percent-encoded and reported as a secret. A validation error
@@ -13,7 +16,7 @@ import re
 from typing import Any
 from urllib.parse import quote
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from app.errors import ConfigError
 from app.redact import redact_url
@@ -24,6 +27,12 @@ MAX_KEY_CHARS = 64         # how much of a key (an unknown 5,000-character one, 
 MAX_PROBLEMS_SHOWN = 5     # an error line names this many problems, then counts the rest
 
 MAX_DEPTH = 32  # no detstream config is deeper; YAML aliases can make a tree infinitely deep
+
+
+class StrictModel(BaseModel):
+    """Base for every config section: unknown keys are mistakes, not extensions."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 def interpolate_env(tree: Any, env: dict[str, str], path: str = "", depth: int = 0, *,

@@ -18,10 +18,9 @@ from pathlib import Path
 from app.assets import fetch_clip
 from app.config import EngineConfig
 from app.engines import create_engine
-from app.models.quantization.agreement import CONF_THRESHOLD, NMS_IOU, f1_agreement, load_inputs
+from app.models.quantization.agreement import f1_agreement, load_inputs, published
 from app.models.quantization.calibration import evenly_spaced, video_frame_count
 from app.models.spec import load_model_spec
-from app.postprocess.yolo import decode_batch
 from app.types import Detections
 
 
@@ -32,12 +31,8 @@ def detections(engine_name: str, model: Path, clip: Path, frames: int) -> tuple[
     try:
         indices = evenly_spaced(video_frame_count(clip), frames)
         inputs, boxes = load_inputs(clip, indices, spec)  # the pipeline's rectangle for this dynamic model
-        found: list[Detections] = []
-        for tensor, box in zip(inputs, boxes, strict=True):
-            outputs = engine.submit([tensor]).wait()
-            found += decode_batch(outputs, spec, [box], conf_threshold=CONF_THRESHOLD, iou_threshold=NMS_IOU,
-                                  class_ids_keep=None, max_detections=300)
-        return engine.backend, found
+        return engine.backend, [published(engine.submit([tensor]).wait(), spec, box)
+                                for tensor, box in zip(inputs, boxes, strict=True)]
     finally:
         engine.close()
 

@@ -226,7 +226,7 @@ MOVED = [
 def test_a_flat_engine_key_of_the_previous_release_is_mapped_and_warned_once_naming_the_new_key(
     key, value, mapped, warning, caplog
 ):
-    with pytest.warns(DeprecationWarning) as caught, caplog.at_level("WARNING", logger="app.config"):
+    with pytest.warns(DeprecationWarning) as caught, caplog.at_level("WARNING", logger="app.engine_config"):
         config = parse_config({"sources": ONE_FILE, "engine": {"max_batch": 4, key: value}}, env={})
     assert [str(w.message) for w in caught if w.category is DeprecationWarning] == [warning]
     unused = ["engine.tensorrt.calib is not used: INT8 engines are built from the Q/DQ model that "

@@ -36,11 +36,11 @@ from app.engines.tensorrt.profiles import bucket_sizes, plan_profiles
 from app.engines.tensorrt.runtime import BuildOptions, TensorInfo, TrtContext, TrtModel, TrtRuntime
 from app.engines.tensorrt.scheduler import (
     DEFAULT_SUBMIT_TIMEOUT_S,
+    BatchLayout,
     BatchScheduler,
     ContextSlot,
     OutputPool,
     OutputSet,
-    device_bytes,
 )
 from app.errors import EngineError, EngineLoadError
 from app.models.store.files import sha256_file
@@ -93,19 +93,19 @@ class TensorRTEngine(Engine):
         else:
             buckets = (static,)
             rows = math.ceil(max(config.max_batch, static) / static) * static
-        frame_bytes = math.prod(frame_shape) * inp.dtype.itemsize
-        row_bytes = [_row_bytes(t) for t in outputs]
+        layout = BatchLayout(spec.input_name, frame_shape, inp.dtype, tuple(t.name for t in outputs),
+                             tuple(_row_bytes(t) for t in outputs), buckets, static)
         slots = []
         for index, profiles in enumerate(per_context):
             stream = device.stream_create()
             self._frees.append(("stream", stream))
             done = device.event_create()
             self._frees.append(("event", done))
-            d_input = device.malloc(device_bytes(rows, frame_bytes, static))
+            d_input = device.malloc(layout.input_device_bytes(rows))
             self._frees.append(("malloc", d_input))
             d_outputs = []
-            for nbytes in row_bytes:
-                d_outputs.append(device.malloc(device_bytes(rows, nbytes, static)))
+            for nbytes in layout.output_device_bytes(rows):
+                d_outputs.append(device.malloc(nbytes))
                 self._frees.append(("malloc", d_outputs[-1]))
             staging = self._pinned((rows, *frame_shape), inp.dtype)
             context = model.create_context()
@@ -117,12 +117,8 @@ class TensorRTEngine(Engine):
             event = device.event_create()
             self._frees.append(("event", event))
             sets.append(OutputSet([self._pinned((rows, *t.shape[1:]), t.dtype) for t in outputs], event))
-        return BatchScheduler(
-            device, slots, OutputPool(sets, submit_timeout_s),
-            input_name=spec.input_name, output_names=[t.name for t in outputs], output_row_bytes=row_bytes,
-            frame_shape=frame_shape, frame_dtype=inp.dtype, buckets=buckets, static_batch=static,
-            use_graphs=config.tensorrt.cuda_graphs,
-        )
+        return BatchScheduler(device, slots, OutputPool(sets, submit_timeout_s), layout,
+                              use_graphs=config.tensorrt.cuda_graphs)
 
     def _pinned(self, shape: tuple[int, ...], dtype: np.dtype) -> HostBuffer:
         buffer = alloc_host(shape, dtype, device=self._device)

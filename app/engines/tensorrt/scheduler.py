@@ -31,6 +31,7 @@ import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -149,41 +150,73 @@ class TrtHandle(InferenceHandle):
         return [buffer.array[: self._n] for buffer in self._out.buffers]
 
 
+@dataclass(frozen=True)
+class BatchLayout:
+    """Where a batch's frames and output rows lie in a context's device buffers; fixed when the engine is set up.
+
+    ``buckets`` are the batch sizes the engine runs at. A static-batch engine has
+    the one bucket ``static_batch`` and runs ``ceil(n / static_batch)`` steps,
+    each at its own aligned block (:func:`step_stride`); a dynamic-batch engine
+    (``static_batch`` None) runs one step with the rows packed.
+    """
+
+    input_name: str
+    frame_shape: tuple[int, ...]
+    frame_dtype: np.dtype
+    output_names: tuple[str, ...]
+    output_row_bytes: tuple[int, ...]
+    buckets: tuple[int, ...]
+    static_batch: int | None
+
+    @cached_property
+    def frame_bytes(self) -> int:
+        return math.prod(self.frame_shape) * self.frame_dtype.itemsize
+
+    @cached_property
+    def input_stride(self) -> int:
+        return step_stride(self.frame_bytes, self.static_batch)
+
+    @cached_property
+    def output_strides(self) -> tuple[int, ...]:
+        return tuple(step_stride(row_bytes, self.static_batch) for row_bytes in self.output_row_bytes)
+
+    def frame_offset(self, i: int) -> int:
+        """Byte offset of frame ``i`` of a batch in the device input buffer."""
+        if self.static_batch is None:
+            return i * self.frame_bytes
+        step, row = divmod(i, self.static_batch)
+        return step * self.input_stride + row * self.frame_bytes
+
+    def input_device_bytes(self, rows: int) -> int:
+        """Device bytes of the input buffer of a context that holds ``rows`` frames."""
+        return device_bytes(rows, self.frame_bytes, self.static_batch)
+
+    def output_device_bytes(self, rows: int) -> list[int]:
+        """Device bytes of each output buffer of a context that holds ``rows`` frames."""
+        return [device_bytes(rows, row_bytes, self.static_batch) for row_bytes in self.output_row_bytes]
+
+
 class BatchScheduler:
     """Runs batches on the context slots (see the module docstring). Runs on the engine thread."""
 
-    def __init__(
-        self,
-        device: Device,
-        slots: list[ContextSlot],
-        pool: OutputPool,
-        *,
-        input_name: str,
-        output_names: list[str],
-        output_row_bytes: list[int],
-        frame_shape: tuple[int, ...],
-        frame_dtype: np.dtype,
-        buckets: tuple[int, ...],
-        static_batch: int | None,
-        use_graphs: bool,
-    ) -> None:
+    def __init__(self, device: Device, slots: list[ContextSlot], pool: OutputPool, layout: BatchLayout, *,
+                 use_graphs: bool) -> None:
         self._device = device
         self.slots = slots
         self._pool = pool
-        self._input_name = input_name
-        self._output_names = output_names
-        self._output_row_bytes = output_row_bytes
-        self._frame_shape = frame_shape
-        self._frame_dtype = frame_dtype
-        self._frame_bytes = int(np.prod(frame_shape)) * frame_dtype.itemsize
-        self._in_stride = step_stride(self._frame_bytes, static_batch)
-        self._out_strides = [step_stride(b, static_batch) for b in output_row_bytes]
-        self.buckets = buckets
-        self.static_batch = static_batch
-        self.max_frames = buckets[-1] if static_batch is None else slots[0].staging.array.shape[0]
+        self.layout = layout
+        self.max_frames = layout.buckets[-1] if layout.static_batch is None else slots[0].staging.array.shape[0]
         self._use_graphs = use_graphs
         self._graph_failures: set[int] = set()
         self._next = 0
+
+    @property
+    def buckets(self) -> tuple[int, ...]:
+        return self.layout.buckets
+
+    @property
+    def static_batch(self) -> int | None:
+        return self.layout.static_batch
 
     def submit(self, frames: Sequence[np.ndarray]) -> TrtHandle:
         n = len(frames)
@@ -211,34 +244,30 @@ class BatchScheduler:
 
     def _copy_in(self, slot: ContextSlot, frames: Sequence[np.ndarray]) -> None:
         """H2D each frame straight from its ring slot (a contiguous view) to its row of the device input."""
+        layout = self.layout
         for i, frame in enumerate(frames):
-            if frame.shape != self._frame_shape:
-                raise ValueError(f"frame {i}: shape {frame.shape}, engine input is {self._frame_shape}")
-            if frame.dtype != self._frame_dtype or not frame.flags.c_contiguous:
+            if frame.shape != layout.frame_shape:
+                raise ValueError(f"frame {i}: shape {frame.shape}, engine input is {layout.frame_shape}")
+            if frame.dtype != layout.frame_dtype or not frame.flags.c_contiguous:
                 staged = slot.staging.array[i]
                 np.copyto(staged, frame, casting="same_kind")
                 frame = staged
-            dst = self._frame_address(slot, i)
-            self._device.memcpy_htod_async(dst, frame.ctypes.data, self._frame_bytes, slot.stream)
-
-    def _frame_address(self, slot: ContextSlot, i: int) -> int:
-        if self.static_batch is None:
-            return slot.d_input + i * self._frame_bytes
-        step, row = divmod(i, self.static_batch)
-        return slot.d_input + step * self._in_stride + row * self._frame_bytes
+            dst = slot.d_input + layout.frame_offset(i)
+            self._device.memcpy_htod_async(dst, frame.ctypes.data, layout.frame_bytes, slot.stream)
 
     def _prepare(self, slot: ContextSlot, bucket: int, step: int, offset: int, rows: int) -> None:
         """Profile, input shape and tensor addresses for this step; each set only when it changes."""
+        layout = self.layout
         profile = slot.profile_base + _profile_index(slot.profiles, rows)
         if slot.profile != profile:
             slot.context.set_optimization_profile(profile, slot.stream)
             slot.profile, slot.shape, slot.addressed_step = profile, None, None
         if slot.shape != rows:
-            slot.context.set_input_shape(self._input_name, (rows, *self._frame_shape))
+            slot.context.set_input_shape(layout.input_name, (rows, *layout.frame_shape))
             slot.shape = rows
         if slot.addressed_step != step:
-            slot.context.set_tensor_address(self._input_name, slot.d_input + step * self._in_stride)
-            for name, ptr, stride in zip(self._output_names, slot.d_outputs, self._out_strides, strict=True):
+            slot.context.set_tensor_address(layout.input_name, slot.d_input + step * layout.input_stride)
+            for name, ptr, stride in zip(layout.output_names, slot.d_outputs, layout.output_strides, strict=True):
                 slot.context.set_tensor_address(name, ptr + step * stride)
             slot.addressed_step = step
 
@@ -289,7 +318,8 @@ class BatchScheduler:
             logger.debug("ending a failed capture on context %d: %s", slot.index, error)
 
     def _copy_out(self, slot: ContextSlot, out: OutputSet, n: int) -> None:
-        outputs = zip(out.buffers, slot.d_outputs, self._output_row_bytes, self._out_strides, strict=True)
+        layout = self.layout
+        outputs = zip(out.buffers, slot.d_outputs, layout.output_row_bytes, layout.output_strides, strict=True)
         for buffer, ptr, row_bytes, stride in outputs:
             if self.static_batch is None:
                 self._device.memcpy_dtoh_async(buffer.ptr, ptr, n * row_bytes, slot.stream)

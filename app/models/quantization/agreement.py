@@ -11,7 +11,7 @@ F1 = 2PR / (P + R).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -19,30 +19,55 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from app.config import ModelConfig
 from app.models.quantization.calibration import InputFit, decode_frames, evenly_spaced, video_frame_count
 from app.models.spec import load_model_spec
 from app.postprocess.yolo import decode_batch
 from app.preprocess import letterbox_into
 from app.types import Detections, Letterbox, ModelSpec
 
-CONF_THRESHOLD = 0.25
-NMS_IOU = 0.45
-MATCH_IOU = 0.5
+PUBLISHED = ModelConfig()
+"""The pipeline's default model settings: the detections compared are those it would publish."""
+CONF_THRESHOLD = PUBLISHED.conf_threshold
+NMS_IOU = PUBLISHED.iou_threshold
 
 
 @dataclass(frozen=True, slots=True)
 class Agreement:
-    """Detection agreement of a candidate model with a reference one over ``frames`` frames."""
+    """Detection agreement of a candidate model with a reference one over ``frames`` frames.
 
-    f1: float
-    precision: float
-    recall: float
+    ``matched`` candidate detections found a reference one; precision, recall and F1 follow from the counts
+    (rounded to 4 places; 1.0 where there is nothing to miss).
+    """
+
+    matched: int
     reference_detections: int
     candidate_detections: int
     frames: int
 
+    @property
+    def precision(self) -> float:
+        return round(_share(self.matched, self.candidate_detections), 4)
+
+    @property
+    def recall(self) -> float:
+        return round(_share(self.matched, self.reference_detections), 4)
+
+    @property
+    def f1(self) -> float:
+        precision = _share(self.matched, self.candidate_detections)
+        recall = _share(self.matched, self.reference_detections)
+        return round(2 * precision * recall / (precision + recall), 4) if precision + recall else 0.0
+
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """F1, precision, recall and the detection and frame counts, as the reports print them."""
+        return {"f1": self.f1, "precision": self.precision, "recall": self.recall,
+                "reference_detections": self.reference_detections,
+                "candidate_detections": self.candidate_detections, "frames": self.frames}
+
+
+def _share(part: int, whole: int) -> float:
+    return part / whole if whole else 1.0
 
 
 def held_out_indices(total: int, calibration_frames: int, count: int) -> list[int]:
@@ -80,16 +105,19 @@ def session(model: Path, threads: int = 2, config: dict[str, str] | None = None)
                                 **load_model_spec(model).ort_session_kwargs())  # as the engine runs it
 
 
+def published(outputs: list[np.ndarray], spec: ModelSpec, box: Letterbox) -> Detections:
+    """One frame's detections from the model's raw outputs, decoded as the pipeline publishes them."""
+    return decode_batch(outputs, spec, [box], conf_threshold=PUBLISHED.conf_threshold,
+                        iou_threshold=PUBLISHED.iou_threshold, class_ids_keep=None,
+                        max_detections=PUBLISHED.max_detections)[0]
+
+
 def detect(model: Path, inputs: list[np.ndarray], boxes: list[Letterbox], threads: int = 2) -> list[Detections]:
-    """The pipeline's detections (conf 0.25, NMS IoU 0.45) for each input, one frame at a time."""
+    """The pipeline's detections (:func:`published`) for each input, one frame at a time."""
     spec = load_model_spec(model)
     runner = session(model, threads)
-    found: list[Detections] = []
-    for tensor, box in zip(inputs, boxes, strict=True):
-        outputs = runner.run(None, {spec.input_name: tensor[None]})
-        found += decode_batch(outputs, spec, [box], conf_threshold=CONF_THRESHOLD, iou_threshold=NMS_IOU,
-                              class_ids_keep=None, max_detections=300)
-    return found
+    return [published(runner.run(None, {spec.input_name: tensor[None]}), spec, box)
+            for tensor, box in zip(inputs, boxes, strict=True)]
 
 
 def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -103,26 +131,22 @@ def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return inter / np.maximum(area_a[:, None] + area_b[None, :] - inter, 1e-9)
 
 
-def _matches(reference: Detections, candidate: Detections) -> int:
+def _matches(reference: Detections, candidate: Detections, match_iou: float) -> int:
     overlaps = _iou(candidate.xyxy, reference.xyxy)
     taken = np.zeros(len(reference), bool)
     found = 0
     for i in np.argsort(-candidate.scores, kind="stable"):
-        ok = (overlaps[i] >= MATCH_IOU) & (reference.class_ids == candidate.class_ids[i]) & ~taken
+        ok = (overlaps[i] >= match_iou) & (reference.class_ids == candidate.class_ids[i]) & ~taken
         if ok.any():
             taken[int(np.argmax(np.where(ok, overlaps[i], -1.0)))] = True
             found += 1
     return found
 
 
-def f1_agreement(reference: list[Detections], candidate: list[Detections]) -> Agreement:
-    """Greedy one-to-one matching per frame (same class, IoU >= 0.5); F1 of candidate against reference."""
-    matched = sum(_matches(r, c) for r, c in zip(reference, candidate, strict=True))
-    n_ref, n_cand = sum(len(r) for r in reference), sum(len(c) for c in candidate)
-    precision = matched / n_cand if n_cand else 1.0
-    recall = matched / n_ref if n_ref else 1.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return Agreement(round(f1, 4), round(precision, 4), round(recall, 4), n_ref, n_cand, len(reference))
+def f1_agreement(reference: list[Detections], candidate: list[Detections], match_iou: float = 0.5) -> Agreement:
+    """Greedy one-to-one matching per frame (same class, IoU >= ``match_iou``, highest score first)."""
+    matched = sum(_matches(r, c, match_iou) for r, c in zip(reference, candidate, strict=True))
+    return Agreement(matched, sum(len(r) for r in reference), sum(len(c) for c in candidate), len(reference))
 
 
 def detection_agreement(fp32_model: Path | str, int8_model: Path | str, clip: Path | str, frames: int = 40,

@@ -20,7 +20,7 @@ from host_device import HostDevice
 from app.config import EngineConfig
 from app.engines.tensorrt import open_tensorrt_engine
 from app.engines.tensorrt.precision import model_for_precision, trt_precision
-from app.engines.tensorrt.scheduler import TENSOR_ALIGNMENT, aligned, device_bytes
+from app.engines.tensorrt.scheduler import TENSOR_ALIGNMENT, BatchLayout, aligned, device_bytes
 from app.errors import EngineError, EngineLoadError
 from app.models.store.files import sha256_file
 from app.models.store.provenance import QUANTIZED_FROM, QUANTIZER_VERSION, QUANTIZER_VERSION_KEY
@@ -45,6 +45,18 @@ def test_alignment_helpers() -> None:
     assert aligned(1) == TENSOR_ALIGNMENT and aligned(256) == 256 and aligned(257) == 512
     assert device_bytes(5, 12, None) == 60
     assert device_bytes(6, 12, 2) == 3 * 256  # three steps, each an aligned block
+
+
+def test_batch_layout_puts_static_batch_steps_at_aligned_blocks() -> None:
+    def layout(static_batch: int | None) -> BatchLayout:
+        return BatchLayout("images", (3, 2, 2), np.dtype(np.float32), ("out",), (20,), (2,), static_batch)
+
+    packed, steps = layout(None), layout(2)
+    assert packed.frame_bytes == steps.frame_bytes == 48
+    assert [packed.frame_offset(i) for i in range(3)] == [0, 48, 96]
+    assert [steps.frame_offset(i) for i in range(3)] == [0, 48, 256]  # frame 2 opens the second step
+    assert (packed.input_device_bytes(3), packed.output_device_bytes(3)) == (144, [60])
+    assert (steps.input_device_bytes(3), steps.output_device_bytes(3)) == (512, [512])
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4])

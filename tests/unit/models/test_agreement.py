@@ -35,3 +35,11 @@ def dets(*rows: tuple[float, float, float, float, float, int]) -> Detections:
 def test_f1_agreement_matches_one_to_one_by_class_and_iou(reference, candidate, f1, precision, recall):
     result = f1_agreement(reference, candidate)
     assert (result.f1, result.precision, result.recall) == (f1, precision, recall)
+
+
+def test_f1_agreement_takes_the_match_iou_and_reports_its_counts():
+    reference, candidate = [dets((0, 0, 10, 10, .9, 0)), dets()], [dets((5, 0, 15, 10, .8, 0)), dets()]  # IoU 1/3
+    assert f1_agreement(reference, candidate).matched == 0
+    result = f1_agreement(reference, candidate, match_iou=0.3)
+    assert result.as_dict() == {"f1": 1.0, "precision": 1.0, "recall": 1.0, "reference_detections": 1,
+                                "candidate_detections": 1, "frames": 2}
