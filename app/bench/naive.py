@@ -93,8 +93,13 @@ def summarize_naive(clip: str, providers: list[str], runs: list[NaiveRun]) -> Na
     return Naive(clip=clip, providers=providers, frames=runs[-1].frames, fps=Spread.of([r.fps for r in runs]))
 
 
-def naive_providers(engine_backend: str) -> list[str]:
-    """The tutorial's providers: the GPU when the pipeline's engine used one, else the CPU."""
-    if any(gpu in engine_backend for gpu in ("CUDA", "Tensorrt", "tensorrt")):
-        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
-    return ["CPUExecutionProvider"]
+def naive_providers(engine: str) -> list[str]:
+    """The tutorial's providers: the GPU when the pipeline's engine used one, else the CPU.
+
+    ``engine`` is the messages' ``engine`` field, ``backend:device:precision`` (docs/messages.md): TensorRT
+    always runs on the GPU; ONNX Runtime names its provider as the device; OpenVINO here runs on the CPU.
+    """
+    backend, _, rest = engine.partition(":")
+    device = rest.partition(":")[0]
+    on_gpu = backend == "tensorrt" or (backend == "onnxruntime" and device not in ("", "CPUExecutionProvider"))
+    return ["CUDAExecutionProvider", "CPUExecutionProvider"] if on_gpu else ["CPUExecutionProvider"]
