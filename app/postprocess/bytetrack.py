@@ -29,18 +29,24 @@ matching ties and the order in which new ids are given depend on it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import Enum
 
 import numpy as np
 
 _STD_POSITION = 1.0 / 20
 _STD_VELOCITY = 1.0 / 160
-_HEIGHT_SCALED = np.array([True, True, False, True])  # cx, cy, h: noise ∝ height; aspect: fixed
-_POS_NOISE = np.where(_HEIGHT_SCALED, 0.0, 1e-2)  # predict: fixed std of the position
-_VEL_NOISE = np.where(_HEIGHT_SCALED, 0.0, 1e-5)  # predict: fixed std of the velocity
-_MEASURE_NOISE = np.where(_HEIGHT_SCALED, 0.0, 1e-1)  # correct: fixed std of the measurement
-_SCALE = _HEIGHT_SCALED.astype(np.float64)
+# Noise std of each of cx, cy, aspect, h (and of their velocities): ``scale × h + fixed``, so the aspect's is fixed.
+_SCALED = np.array([1.0, 1.0, 0.0, 1.0])
+_START_SCALE = np.concatenate([2 * _STD_POSITION * _SCALED, 10 * _STD_VELOCITY * _SCALED])
+_START_FIXED = np.array([0, 0, 1e-2, 0, 0, 0, 1e-5, 0])
+_PREDICT_SCALE = np.concatenate([_STD_POSITION * _SCALED, _STD_VELOCITY * _SCALED])
+_PREDICT_FIXED = _START_FIXED
+_MEASURE_SCALE = _STD_POSITION * _SCALED
+_MEASURE_FIXED = np.array([0, 0, 1e-1, 0])
+# Columns of _Tracks.kalman and _Tracks.info.
+_MEAN, _VAR_POS, _COV, _VAR_VEL = slice(0, 8), slice(8, 12), slice(12, 16), slice(16, 20)
+_START, _FRAME, _ROW, _STATE, _ACTIVATED, _ID = range(6)
 
 
 class TrackState(Enum):
@@ -55,102 +61,95 @@ _TRACKED, _LOST, _REMOVED = TrackState.TRACKED.value, TrackState.LOST.value, Tra
 
 def _xyxy_to_xyah(xyxy: np.ndarray) -> np.ndarray:
     """``(n, 4)`` xyxy boxes as ``(n, 4)`` centre x, centre y, aspect (w / h), height."""
-    width, height = xyxy[:, 2] - xyxy[:, 0], xyxy[:, 3] - xyxy[:, 1]
-    return np.stack([xyxy[:, 0] + width / 2, xyxy[:, 1] + height / 2, width / np.maximum(height, 1e-6), height], 1)
+    wh = xyxy[:, 2:] - xyxy[:, :2]
+    xyah = np.empty((len(xyxy), 4))
+    xyah[:, :2] = xyxy[:, :2] + wh / 2
+    xyah[:, 2] = wh[:, 0] / np.maximum(wh[:, 1], 1e-6)
+    xyah[:, 3] = wh[:, 1]
+    return xyah
 
 
 def _xyah_to_xyxy(xyah: np.ndarray) -> np.ndarray:
-    width, half_height = xyah[:, 2] * xyah[:, 3], xyah[:, 3] / 2
-    return np.stack([xyah[:, 0] - width / 2, xyah[:, 1] - half_height,
-                     xyah[:, 0] + width / 2, xyah[:, 1] + half_height], 1)
+    half = xyah[:, 2:4].copy()
+    half[:, 0] *= half[:, 1]
+    half /= 2
+    return np.concatenate([xyah[:, :2] - half, xyah[:, :2] + half], 1)
 
 
-def _noise(height: np.ndarray, scale: float, fixed: np.ndarray) -> np.ndarray:
-    """``(n, 4)`` variances: ``(scale × h)²`` for cx, cy, h and ``fixed²`` for the aspect."""
-    return np.square(height[:, None] * (scale * _SCALE) + fixed)
+def _noise(height: np.ndarray, scale: np.ndarray, fixed: np.ndarray) -> np.ndarray:
+    """Variances ``(scale × h + fixed)²``, one row per height."""
+    return np.square(height[:, None] * scale + fixed)
 
 
 @dataclass(slots=True)
 class _Tracks:
-    """Every held track as one row of each array; ``n`` rows.
+    """Every held track as one row of two arrays.
 
-    ``mean`` ``(n, 8)``: cx, cy, aspect, h, then their velocities (pixels per
-    frame). ``var_pos``, ``cov``, ``var_vel`` ``(n, 4)``: per coordinate, its
-    variance, its covariance with its velocity, and the velocity's variance.
-    ``row`` is the input row the track matched in frame ``frame_id``.
+    ``kalman`` ``(n, 20)`` float64: the mean (cx, cy, aspect, h, then their
+    velocities in pixels per frame), then per coordinate its variance, its
+    covariance with its velocity, and the velocity's variance (columns
+    ``_MEAN``, ``_VAR_POS``, ``_COV``, ``_VAR_VEL``). ``info`` ``(n, 6)``
+    int64: start frame, last matched frame, the input row matched in that
+    frame, :class:`TrackState` value, confirmed (0/1), id (-1 until confirmed).
     """
 
-    mean: np.ndarray
-    var_pos: np.ndarray
-    cov: np.ndarray
-    var_vel: np.ndarray
-    score: np.ndarray
-    start_frame: np.ndarray
-    frame_id: np.ndarray
-    row: np.ndarray
-    state: np.ndarray
-    activated: np.ndarray
-    track_id: np.ndarray
+    kalman: np.ndarray
+    info: np.ndarray
 
     @classmethod
-    def start(cls, xyxy: np.ndarray, scores: np.ndarray, frame_id: int, rows: np.ndarray) -> _Tracks:
+    def start(cls, xyxy: np.ndarray, frame_id: int, rows: np.ndarray) -> _Tracks:
         """New tracks, tracked from the given ``(n, 4)`` boxes; confirmed at once on the stream's first frame."""
-        n = len(rows)
-        measurement = _xyxy_to_xyah(xyxy)
-        height = measurement[:, 3]
-        ints = np.full(n, frame_id, np.int64)
-        return cls(np.concatenate([measurement, np.zeros((n, 4))], 1),
-                   _noise(height, 2 * _STD_POSITION, _POS_NOISE), np.zeros((n, 4)),
-                   _noise(height, 10 * _STD_VELOCITY, _VEL_NOISE), scores.astype(np.float64), ints, ints.copy(),
-                   rows.astype(np.int64), np.full(n, _TRACKED, np.int8), np.full(n, frame_id == 1),
-                   np.full(n, -1, np.int64))
-
-    @classmethod
-    def empty(cls) -> _Tracks:
-        return cls.start(np.zeros((0, 4)), np.zeros(0), 0, np.zeros(0, np.int64))
+        kalman = np.zeros((len(rows), 20))
+        kalman[:, :4] = _xyxy_to_xyah(xyxy)
+        variance = _noise(kalman[:, 3], _START_SCALE, _START_FIXED)
+        kalman[:, _VAR_POS], kalman[:, _VAR_VEL] = variance[:, :4], variance[:, 4:]
+        info = np.empty((len(rows), 6), np.int64)
+        info[:] = frame_id, frame_id, 0, _TRACKED, frame_id == 1, -1
+        info[:, _ROW] = rows
+        return cls(kalman, info)
 
     def __len__(self) -> int:
-        return len(self.score)
+        return len(self.info)
 
     def take(self, index: np.ndarray) -> _Tracks:
-        return _Tracks(*(getattr(self, f.name)[index] for f in fields(self)))
+        return _Tracks(self.kalman[index], self.info[index])
 
     def append(self, other: _Tracks) -> _Tracks:
-        if len(other) == 0:
-            return self
-        return _Tracks(*(np.concatenate([getattr(self, f.name), getattr(other, f.name)]) for f in fields(self)))
+        return _Tracks(np.concatenate([self.kalman, other.kalman]), np.concatenate([self.info, other.info]))
 
     def boxes(self) -> np.ndarray:
         """``(n, 4)`` xyxy box of each track's current mean."""
-        return _xyah_to_xyxy(self.mean[:, :4])
+        return _xyah_to_xyxy(self.kalman)
 
     def predict(self, stop: int) -> None:
         """Kalman predict, in place, for rows ``[0, stop)``; a track not tracked stops growing or shrinking."""
-        mean, var_pos, cov, var_vel = self.mean[:stop], self.var_pos[:stop], self.cov[:stop], self.var_vel[:stop]
-        mean[self.state[:stop] != _TRACKED, 7] = 0.0
-        height = mean[:, 3].copy()
-        mean[:, :4] += mean[:, 4:]
-        var_pos[:] = (var_pos + cov) + (cov + var_vel) + _noise(height, _STD_POSITION, _POS_NOISE)
+        kalman = self.kalman[:stop]
+        kalman[self.info[:stop, _STATE] != _TRACKED, 7] = 0.0
+        noise = _noise(kalman[:, 3], _PREDICT_SCALE, _PREDICT_FIXED)
+        kalman[:, :4] += kalman[:, 4:8]
+        var_pos, cov, var_vel = kalman[:, _VAR_POS], kalman[:, _COV], kalman[:, _VAR_VEL]
+        var_pos += cov
+        var_pos += cov + var_vel
+        var_pos += noise[:, :4]
         cov += var_vel
-        var_vel += _noise(height, _STD_VELOCITY, _VEL_NOISE)
+        var_vel += noise[:, 4:]
 
-    def correct(self, index: np.ndarray, xyxy: np.ndarray, scores: np.ndarray, frame_id: int,
-                rows: np.ndarray) -> None:
+    def correct(self, index: np.ndarray, xyxy: np.ndarray, frame_id: int, rows: np.ndarray) -> None:
         """Kalman update of rows ``index`` with their matched boxes; they are (again) tracked and confirmed."""
-        if len(index) == 0:
-            return
-        mean, var_pos, cov, var_vel = self.mean[index], self.var_pos[index], self.cov[index], self.var_vel[index]
-        innovation_var = var_pos + _noise(mean[:, 3], _STD_POSITION, _MEASURE_NOISE)
+        kalman = self.kalman[index]
+        mean, var_pos, cov, var_vel = kalman[:, _MEAN], kalman[:, _VAR_POS], kalman[:, _COV], kalman[:, _VAR_VEL]
+        innovation_var = var_pos + _noise(mean[:, 3], _MEASURE_SCALE, _MEASURE_FIXED)
         gain_pos, gain_vel = var_pos / innovation_var, cov / innovation_var
         innovation = _xyxy_to_xyah(xyxy) - mean[:, :4]
         mean[:, :4] += gain_pos * innovation
         mean[:, 4:] += gain_vel * innovation
-        self.mean[index] = mean
-        self.var_pos[index] = var_pos - gain_pos * var_pos
-        self.cov[index] = cov - gain_pos * cov
-        self.var_vel[index] = var_vel - gain_vel * cov
-        self.score[index], self.frame_id[index], self.row[index] = scores, frame_id, rows
-        self.state[index], self.activated[index] = _TRACKED, True
+        var_vel -= gain_vel * cov
+        cov -= gain_pos * cov
+        var_pos -= gain_pos * var_pos
+        self.kalman[index] = kalman
+        info = self.info[index]
+        info[:, _FRAME], info[:, _ROW], info[:, _STATE], info[:, _ACTIVATED] = frame_id, rows, _TRACKED, 1
+        self.info[index] = info
 
 
 def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -173,9 +172,11 @@ def _match(cost: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray, 
     columns. When every row and every column has at most one pair within the
     threshold, those pairs are the only optimum, so the solver is skipped.
     """
+    if cost.size == 0:
+        return _NONE, _NONE, np.arange(cost.shape[0]), np.arange(cost.shape[1])
     feasible = cost <= threshold
-    if cost.size == 0 or (feasible.sum(0).max() <= 1 and feasible.sum(1).max() <= 1):
-        rows, cols = np.nonzero(feasible)
+    if feasible.sum(0).max() <= 1 and feasible.sum(1).max() <= 1:
+        rows, cols = feasible.nonzero()
     else:
         from scipy.optimize import linear_sum_assignment  # here: scipy costs ~40 MB, and tracking is optional
 
@@ -185,7 +186,12 @@ def _match(cost: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray, 
     unmatched_rows, unmatched_cols = np.ones(cost.shape[0], bool), np.ones(cost.shape[1], bool)
     unmatched_rows[rows] = False
     unmatched_cols[cols] = False
-    return rows, cols, np.flatnonzero(unmatched_rows), np.flatnonzero(unmatched_cols)
+    return rows, cols, unmatched_rows.nonzero()[0], unmatched_cols.nonzero()[0]
+
+
+_NONE = np.zeros(0, np.int64)
+# Where _Tracks rows go for the next frame, by (state, confirmed): confirmed tracked, lost, unconfirmed; -1: dropped.
+_RANK = np.array([[-1, -1], [2, 0], [1, 1], [-1, -1]])
 
 
 @dataclass
@@ -207,8 +213,9 @@ class ByteTracker:
     frame_rate: float = 30.0
     low_score_threshold: float = 0.1
     frame_id: int = 0
-    # Confirmed tracked tracks, then lost ones (together: the pool matched first), then unconfirmed ones.
-    _tracks: _Tracks = field(default_factory=_Tracks.empty)
+    # Rows in ByteTrack's list order: confirmed tracked tracks, then lost ones (together the
+    # first _pool_size rows, matched first), then unconfirmed ones.
+    _tracks: _Tracks = field(default_factory=lambda: _Tracks.start(np.zeros((0, 4)), 0, _NONE))
     _pool_size: int = 0
     _next_id: int = 1
 
@@ -220,75 +227,84 @@ class ByteTracker:
         """Advance one frame; the track id of each input row, -1 where no confirmed track took it."""
         self.frame_id += 1
         tracks, pool = self._tracks, self._pool_size
-        high = np.flatnonzero(scores > self.track_activation_threshold)
-        low = np.flatnonzero((scores > self.low_score_threshold) & (scores <= self.track_activation_threshold))
+        high = (scores > self.track_activation_threshold).nonzero()[0]
+        low = ((scores > self.low_score_threshold) & (scores <= self.track_activation_threshold)).nonzero()[0]
         tracks.predict(pool)
         boxes = tracks.boxes()
-        was_tracked = tracks.state == _TRACKED
+        was_tracked = tracks.info[:, _STATE] == _TRACKED
 
         # 1. high-score detections against confirmed and lost tracks
-        cost = 1 - iou_matrix(boxes[:pool], xyxy[high]) * scores[high][None, :]
+        cost = 1 - iou_matrix(boxes[:pool], xyxy[high]) * scores[high]
         t, d, unmatched_pool, unmatched_high = _match(cost, self.minimum_matching_threshold)
-        self._correct(t, high[d], xyxy, scores)
+        self._correct(t, high[d], xyxy)
         # 2. low-score detections against tracks that were tracked until now
         remaining = unmatched_pool[was_tracked[unmatched_pool]]
-        t, d, unmatched_remaining, _ = _match(1 - iou_matrix(boxes[remaining], xyxy[low]), 0.5)
-        self._correct(remaining[t], low[d], xyxy, scores)
-        tracks.state[remaining[unmatched_remaining]] = _LOST
+        if len(remaining):
+            t, d, unmatched_remaining, _ = _match(1 - iou_matrix(boxes[remaining], xyxy[low]), 0.5)
+            self._correct(remaining[t], low[d], xyxy)
+            tracks.info[remaining[unmatched_remaining], _STATE] = _LOST
         # 3. new tracks seen last frame get one chance at the leftover high-score detections
         left = high[unmatched_high]
-        cost = 1 - iou_matrix(boxes[pool:], xyxy[left]) * scores[left][None, :]
-        t, d, unmatched_new, unmatched_left = _match(cost, 0.7)
-        self._correct(pool + t, left[d], xyxy, scores)
-        tracks.state[pool + unmatched_new] = _REMOVED
-        started = left[unmatched_left]
-        started = started[scores[started] >= self.track_activation_threshold + 0.1]
-        tracks = tracks.append(_Tracks.start(xyxy[started], scores[started], self.frame_id, started))
+        if len(tracks) > pool:
+            cost = 1 - iou_matrix(boxes[pool:], xyxy[left]) * scores[left]
+            t, d, unmatched_new, left_index = _match(cost, 0.7)
+            self._correct(pool + t, left[d], xyxy)
+            tracks.info[pool + unmatched_new, _STATE] = _REMOVED
+            left = left[left_index]
+        started = left[scores[left] >= self.track_activation_threshold + 0.1]
+        if len(started):
+            tracks = tracks.append(_Tracks.start(xyxy[started], self.frame_id, started))
         self._retire(tracks)
-        ids = self._ids_by_row(tracks, len(scores))
+        ids = self._ids_by_row(tracks.info, len(scores))
         self._keep(tracks)
         return ids
 
     def alive_ids(self) -> set[int]:
         """Ids of the tracks still held, tracked or lost (a lost one may yet be found again)."""
-        ids = self._tracks.track_id
+        ids = self._tracks.info[:, _ID]
         return set(ids[ids >= 0].tolist())
 
-    def _correct(self, index: np.ndarray, rows: np.ndarray, xyxy: np.ndarray, scores: np.ndarray) -> None:
-        self._tracks.correct(index, xyxy[rows], scores[rows], self.frame_id, rows)
+    def _correct(self, index: np.ndarray, rows: np.ndarray, xyxy: np.ndarray) -> None:
+        if len(index):
+            self._tracks.correct(index, xyxy[rows], self.frame_id, rows)
 
     def _retire(self, tracks: _Tracks) -> None:
-        """Removes, in place, tracks lost too long and the younger of a tracked and a lost track that overlap."""
-        lost = tracks.state == _LOST
-        tracks.state[lost & (self.frame_id - tracks.frame_id > self.max_time_lost)] = _REMOVED
-        lost, tracked = tracks.state == _LOST, tracks.state == _TRACKED
-        if not lost.any() or not tracked.any():
+        """Marks removed, in place, tracks lost too long and the younger of a tracked and a lost one that overlap."""
+        info = tracks.info
+        lost = info[:, _STATE] == _LOST
+        if not lost.any():
             return
-        lost, tracked = np.flatnonzero(lost), np.flatnonzero(tracked)
+        info[lost & (self.frame_id - info[:, _FRAME] > self.max_time_lost), _STATE] = _REMOVED
+        lost, tracked = (info[:, _STATE] == _LOST).nonzero()[0], (info[:, _STATE] == _TRACKED).nonzero()[0]
+        if not len(lost) or not len(tracked):
+            return
         boxes = tracks.boxes()
         # A lost track overlapping a tracked one (IoU > 0.85) is the same object twice: keep the older.
         overlap = iou_matrix(boxes[tracked], boxes[lost]) > 0.85
         if not overlap.any():
             return
-        age = tracks.frame_id - tracks.start_frame
+        age = info[:, _FRAME] - info[:, _START]
         tracked_older = age[tracked][:, None] > age[lost][None, :]
-        tracks.state[tracked[(overlap & ~tracked_older).any(1)]] = _REMOVED
-        tracks.state[lost[(overlap & tracked_older).any(0)]] = _REMOVED
+        info[tracked[(overlap & ~tracked_older).any(1)], _STATE] = _REMOVED
+        info[lost[(overlap & tracked_older).any(0)], _STATE] = _REMOVED
 
-    def _ids_by_row(self, tracks: _Tracks, rows: int) -> np.ndarray:
+    def _ids_by_row(self, info: np.ndarray, rows: int) -> np.ndarray:
         """Ids of the rows matched this frame by confirmed tracks; new ids go out in track-list order."""
-        matched = np.flatnonzero((tracks.state == _TRACKED) & tracks.activated & (tracks.frame_id == self.frame_id))
-        new = matched[tracks.track_id[matched] < 0]
-        tracks.track_id[new] = np.arange(self._next_id, self._next_id + len(new))
-        self._next_id += len(new)
+        matched = ((info[:, _FRAME] == self.frame_id) & (info[:, _STATE] == _TRACKED)
+                   & (info[:, _ACTIVATED] == 1)).nonzero()[0]
+        new = matched[info[matched, _ID] < 0]
+        if len(new):
+            info[new, _ID] = np.arange(self._next_id, self._next_id + len(new))
+            self._next_id += len(new)
         ids = np.full(rows, -1, dtype=np.int64)
-        ids[tracks.row[matched]] = tracks.track_id[matched]
+        ids[info[matched, _ROW]] = info[matched, _ID]
         return ids
 
     def _keep(self, tracks: _Tracks) -> None:
-        """Holds the tracks not removed, reordered for the next frame: confirmed tracked, lost, unconfirmed."""
-        tracked = tracks.state == _TRACKED
-        order = np.concatenate([np.flatnonzero(tracked & tracks.activated), np.flatnonzero(tracks.state == _LOST),
-                                np.flatnonzero(tracked & ~tracks.activated)])
-        self._tracks = tracks.take(order)
-        self._pool_size = len(order) - int((tracked & ~tracks.activated).sum())
+        """Holds the tracks not removed, in the next frame's order: confirmed tracked, lost, unconfirmed."""
+        rank = _RANK[tracks.info[:, _STATE], tracks.info[:, _ACTIVATED]]
+        if len(rank) and (rank[0] < 0 or (rank[1:] < rank[:-1]).any()):
+            order = rank.argsort(kind="stable")
+            order = order[rank[order] >= 0]
+            tracks, rank = tracks.take(order), rank[order]
+        self._tracks, self._pool_size = tracks, int(np.count_nonzero(rank < 2))
