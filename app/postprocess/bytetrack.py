@@ -156,12 +156,11 @@ def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Pairwise IoU of ``(n, 4)`` and ``(m, 4)`` xyxy boxes, ``(n, m)``."""
     if len(a) == 0 or len(b) == 0:
         return np.zeros((len(a), len(b)))
-    top_left = np.maximum(a[:, None, :2], b[None, :, :2])
-    bottom_right = np.minimum(a[:, None, 2:], b[None, :, 2:])
-    inter = np.prod(np.clip(bottom_right - top_left, 0, None), axis=2)
-    area_a = np.prod(np.clip(a[:, 2:] - a[:, :2], 0, None), axis=1)
-    area_b = np.prod(np.clip(b[:, 2:] - b[:, :2], 0, None), axis=1)
-    union = area_a[:, None] + area_b[None, :] - inter
+    overlap = np.minimum(a[:, None, 2:], b[None, :, 2:]) - np.maximum(a[:, None, :2], b[None, :, :2])
+    np.maximum(overlap, 0, out=overlap)
+    inter = overlap[..., 0] * overlap[..., 1]
+    size_a, size_b = np.maximum(a[:, 2:] - a[:, :2], 0), np.maximum(b[:, 2:] - b[:, :2], 0)
+    union = (size_a[:, 0] * size_a[:, 1])[:, None] + size_b[:, 0] * size_b[:, 1] - inter
     return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
 
 
