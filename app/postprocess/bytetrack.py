@@ -36,17 +36,34 @@ import numpy as np
 
 _STD_POSITION = 1.0 / 20
 _STD_VELOCITY = 1.0 / 160
-# Noise std of each of cx, cy, aspect, h (and of their velocities): ``scale × h + fixed``, so the aspect's is fixed.
-_SCALED = np.array([1.0, 1.0, 0.0, 1.0])
-_START_SCALE = np.concatenate([2 * _STD_POSITION * _SCALED, 10 * _STD_VELOCITY * _SCALED])
-_START_FIXED = np.array([0, 0, 1e-2, 0, 0, 0, 1e-5, 0])
-_PREDICT_SCALE = np.concatenate([_STD_POSITION * _SCALED, _STD_VELOCITY * _SCALED])
-_PREDICT_FIXED = _START_FIXED
-_MEASURE_SCALE = _STD_POSITION * _SCALED
-_MEASURE_FIXED = np.array([0, 0, 1e-1, 0])
 # Columns of _Tracks.kalman and _Tracks.info.
 _MEAN, _VAR_POS, _COV, _VAR_VEL = slice(0, 8), slice(8, 12), slice(12, 16), slice(16, 20)
 _START, _FRAME, _ROW, _STATE, _ACTIVATED, _ID = range(6)
+# Noise std of (cx, cy, aspect, h) is ``scale × h + fixed``: fixed for the aspect, proportional to h for the others.
+# The 12-wide pairs give the variances of columns 8:20 (position, 0 for the covariances, velocity).
+_H, _A = np.array([1.0, 1.0, 0.0, 1.0]), np.array([0.0, 0.0, 1.0, 0.0])
+_START_SCALE = np.concatenate([2 * _STD_POSITION * _H, 0 * _H, 10 * _STD_VELOCITY * _H])
+_START_FIXED = np.concatenate([1e-2 * _A, 0 * _A, 1e-5 * _A])
+_PREDICT_SCALE = np.concatenate([_STD_POSITION * _H, 0 * _H, _STD_VELOCITY * _H])
+_PREDICT_FIXED = _START_FIXED
+_MEASURE_SCALE, _MEASURE_FIXED = _STD_POSITION * _H, 1e-1 * _A
+
+
+def _transition() -> np.ndarray:
+    """``kalman @ _TRANSITION`` predicts the mean with ``F = [[I, I], [0, I]]`` and each 2×2 block of ``F P Fᵀ``.
+
+    Position += velocity; var_pos += 2 cov + var_vel; cov += var_vel; var_vel stays (noise is added after).
+    """
+    transition, eye = np.eye(20), np.eye(4)
+    transition[4:8, 0:4] = eye
+    transition[12:16, 8:12], transition[16:20, 8:12], transition[16:20, 12:16] = 2 * eye, eye, eye
+    return transition
+
+
+_TRANSITION = _transition()
+_TWICE = np.r_[0:4, 0:4]
+# Correct: columns 8:20 lose gain × (var_pos, cov, cov), with the position gain, position gain, velocity gain.
+_GAIN_OF, _REDUCED_BY = np.r_[0:4, 0:4, 4:8], np.r_[8:12, 12:16, 12:16]
 
 
 class TrackState(Enum):
@@ -101,8 +118,7 @@ class _Tracks:
         """New tracks, tracked from the given ``(n, 4)`` boxes; confirmed at once on the stream's first frame."""
         kalman = np.zeros((len(rows), 20))
         kalman[:, :4] = _xyxy_to_xyah(xyxy)
-        variance = _noise(kalman[:, 3], _START_SCALE, _START_FIXED)
-        kalman[:, _VAR_POS], kalman[:, _VAR_VEL] = variance[:, :4], variance[:, 4:]
+        kalman[:, 8:] = _noise(kalman[:, 3], _START_SCALE, _START_FIXED)
         info = np.empty((len(rows), 6), np.int64)
         info[:] = frame_id, frame_id, 0, _TRACKED, frame_id == 1, -1
         info[:, _ROW] = rows
@@ -112,7 +128,7 @@ class _Tracks:
         return len(self.info)
 
     def take(self, index: np.ndarray) -> _Tracks:
-        return _Tracks(self.kalman[index], self.info[index])
+        return _Tracks(self.kalman.take(index, 0), self.info.take(index, 0))
 
     def append(self, other: _Tracks) -> _Tracks:
         return _Tracks(np.concatenate([self.kalman, other.kalman]), np.concatenate([self.info, other.info]))
@@ -126,30 +142,19 @@ class _Tracks:
         kalman = self.kalman[:stop]
         kalman[self.info[:stop, _STATE] != _TRACKED, 7] = 0.0
         noise = _noise(kalman[:, 3], _PREDICT_SCALE, _PREDICT_FIXED)
-        kalman[:, :4] += kalman[:, 4:8]
-        var_pos, cov, var_vel = kalman[:, _VAR_POS], kalman[:, _COV], kalman[:, _VAR_VEL]
-        var_pos += cov
-        var_pos += cov + var_vel
-        var_pos += noise[:, :4]
-        cov += var_vel
-        var_vel += noise[:, 4:]
+        kalman[:] = kalman @ _TRANSITION
+        kalman[:, 8:] += noise
 
     def correct(self, index: np.ndarray, xyxy: np.ndarray, frame_id: int, rows: np.ndarray) -> None:
         """Kalman update of rows ``index`` with their matched boxes; they are (again) tracked and confirmed."""
-        kalman = self.kalman[index]
-        mean, var_pos, cov, var_vel = kalman[:, _MEAN], kalman[:, _VAR_POS], kalman[:, _COV], kalman[:, _VAR_VEL]
-        innovation_var = var_pos + _noise(mean[:, 3], _MEASURE_SCALE, _MEASURE_FIXED)
-        gain_pos, gain_vel = var_pos / innovation_var, cov / innovation_var
-        innovation = _xyxy_to_xyah(xyxy) - mean[:, :4]
-        mean[:, :4] += gain_pos * innovation
-        mean[:, 4:] += gain_vel * innovation
-        var_vel -= gain_vel * cov
-        cov -= gain_pos * cov
-        var_pos -= gain_pos * var_pos
+        kalman = self.kalman.take(index, 0)
+        innovation_var = kalman[:, _VAR_POS] + _noise(kalman[:, 3], _MEASURE_SCALE, _MEASURE_FIXED)
+        gain = kalman[:, 8:16] / innovation_var.take(_TWICE, 1)  # of the positions, then of the velocities
+        kalman[:, _MEAN] += gain * (_xyxy_to_xyah(xyxy) - kalman[:, :4]).take(_TWICE, 1)
+        kalman[:, 8:] -= gain.take(_GAIN_OF, 1) * kalman.take(_REDUCED_BY, 1)
         self.kalman[index] = kalman
-        info = self.info[index]
-        info[:, _FRAME], info[:, _ROW], info[:, _STATE], info[:, _ACTIVATED] = frame_id, rows, _TRACKED, 1
-        self.info[index] = info
+        self.info[index, _FRAME:_ID] = frame_id, 0, _TRACKED, 1
+        self.info[index, _ROW] = rows
 
 
 def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -161,31 +166,30 @@ def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     inter = overlap[..., 0] * overlap[..., 1]
     size_a, size_b = np.maximum(a[:, 2:] - a[:, :2], 0), np.maximum(b[:, 2:] - b[:, :2], 0)
     union = (size_a[:, 0] * size_a[:, 1])[:, None] + size_b[:, 0] * size_b[:, 1] - inter
-    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+    return np.divide(inter, union, out=np.zeros(inter.shape), where=union > 0)
 
 
 def _match(cost: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Minimum-cost assignment where no pair costs more than ``threshold``.
 
     Returns matched rows and columns (rows ascending), then unmatched rows and
-    columns. When every row and every column has at most one pair within the
-    threshold, those pairs are the only optimum, so the solver is skipped.
+    columns. When no row and no column has two pairs within the threshold,
+    those pairs are the only optimum (any other assignment swaps one of them for
+    an over-threshold pair), so the solver is skipped.
     """
-    if cost.size == 0:
-        return _NONE, _NONE, np.arange(cost.shape[0]), np.arange(cost.shape[1])
-    feasible = cost <= threshold
-    if feasible.sum(0).max() <= 1 and feasible.sum(1).max() <= 1:
-        rows, cols = feasible.nonzero()
-    else:
+    (n, m), feasible = cost.shape, cost <= threshold
+    rows, cols = feasible.nonzero()
+    free_rows, free_cols = np.ones(n, bool), np.ones(m, bool)
+    free_rows[rows], free_cols[cols] = False, False
+    if len(rows) > n - np.count_nonzero(free_rows) or len(cols) > m - np.count_nonzero(free_cols):
         from scipy.optimize import linear_sum_assignment  # here: scipy costs ~40 MB, and tracking is optional
 
         rows, cols = linear_sum_assignment(np.where(feasible, cost, threshold + 1e4))
         keep = feasible[rows, cols]
         rows, cols = rows[keep], cols[keep]
-    unmatched_rows, unmatched_cols = np.ones(cost.shape[0], bool), np.ones(cost.shape[1], bool)
-    unmatched_rows[rows] = False
-    unmatched_cols[cols] = False
-    return rows, cols, unmatched_rows.nonzero()[0], unmatched_cols.nonzero()[0]
+        free_rows[:], free_cols[:] = True, True
+        free_rows[rows], free_cols[cols] = False, False
+    return rows, cols, free_rows.nonzero()[0], free_cols.nonzero()[0]
 
 
 _NONE = np.zeros(0, np.int64)
