@@ -15,16 +15,19 @@ per tracker); nothing is shared between trackers.
 
 Cost. Zones and lines switch tracking on for their sources, so the tracker runs
 on the postprocess thread for every frame of those streams and must stay a
-small part of its budget. Hence the tracks are not objects but rows of
-:class:`_Tracks`, a set of stacked arrays, and each step (predict, correct, box
-conversion, retiring) is a few NumPy calls for all tracks at once. The Kalman
-filter is written in closed form: the motion model ``F = I + shift`` couples
-each coordinate only with its own velocity, and the process and measurement
-noises are diagonal, so the 8×8 covariance is four independent 2×2 blocks
-``[[var_pos, cov], [cov, var_vel]]`` and the 4×4 innovation covariance is
-diagonal. That is the same filter as the dense matrix form, up to rounding.
-Row order follows ByteTrack's track lists (tracked, then lost, then new), since
-matching ties and the order in which new ids are given depend on it.
+small part of that thread's budget. Hence tracks are not objects but rows of
+two arrays (:class:`_Tracks`), and each step is a few NumPy calls for all
+tracks at once. The Kalman filter needs no 8×8 matrices: ``F = [[I, I], [0, I]]``
+couples each coordinate only with its own velocity and every noise is
+diagonal, so the covariance is four independent 2×2 blocks ``[[var_pos, cov],
+[cov, var_vel]]`` and the innovation covariance is diagonal; predict is one
+product with a 20×20 transition matrix and correct is element-wise. That is
+the dense filter up to rounding. The assignment solver runs only when some
+track or detection has two candidates within the threshold. Rows keep
+ByteTrack's list order (confirmed tracked, lost, unconfirmed), since matching
+ties and the order in which new ids are given depend on it;
+``tests/unit/postprocess/test_bytetrack_equivalence.py`` checks the ids against
+a per-track implementation.
 """
 
 from __future__ import annotations
@@ -192,7 +195,6 @@ def _match(cost: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray, 
     return rows, cols, free_rows.nonzero()[0], free_cols.nonzero()[0]
 
 
-_NONE = np.zeros(0, np.int64)
 # Where _Tracks rows go for the next frame, by (state, confirmed): confirmed tracked, lost, unconfirmed; -1: dropped.
 _RANK = np.array([[-1, -1], [2, 0], [1, 1], [-1, -1]])
 
@@ -218,7 +220,7 @@ class ByteTracker:
     frame_id: int = 0
     # Rows in ByteTrack's list order: confirmed tracked tracks, then lost ones (together the
     # first _pool_size rows, matched first), then unconfirmed ones.
-    _tracks: _Tracks = field(default_factory=lambda: _Tracks.start(np.zeros((0, 4)), 0, _NONE))
+    _tracks: _Tracks = field(default_factory=lambda: _Tracks.start(np.zeros((0, 4)), 0, np.zeros(0, np.int64)))
     _pool_size: int = 0
     _next_id: int = 1
 
