@@ -59,14 +59,14 @@ def _transition() -> np.ndarray:
     """
     transition, eye = np.eye(20), np.eye(4)
     transition[4:8, 0:4] = eye
-    transition[12:16, 8:12], transition[16:20, 8:12], transition[16:20, 12:16] = 2 * eye, eye, eye
+    transition[_COV, _VAR_POS], transition[_VAR_VEL, _VAR_POS], transition[_VAR_VEL, _COV] = 2 * eye, eye, eye
     return transition
 
 
 _TRANSITION = _transition()
 _TWICE = np.r_[0:4, 0:4]
 # Correct: columns 8:20 lose gain × (var_pos, cov, cov), with the position gain, position gain, velocity gain.
-_GAIN_OF, _REDUCED_BY = np.r_[0:4, 0:4, 4:8], np.r_[8:12, 12:16, 12:16]
+_GAIN_OF, _REDUCED_BY = np.r_[0:4, 0:4, 4:8], np.r_[_VAR_POS, _COV, _COV]
 
 
 class TrackState(Enum):
