@@ -9,14 +9,16 @@ crossings. Frames are interleaved across cameras as the postprocess thread
 sees them. It reports the thread CPU per frame of :meth:`Analytics.update`
 alone (tracks given), and of ByteTrack + analytics (what a source whose
 ``tracking:`` was ``none`` pays in all once it has zones), against ByteTrack
-alone. Prints one JSON object.
+alone. Prints one JSON object, with the CPU it ran on.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -46,6 +48,19 @@ def walkers(people: int, frames: int, seed: int) -> list[Detections]:
         out.append(Detections(xyxy.astype(np.float32), np.full(people, 0.8, np.float32),
                               np.zeros(people, np.int32), np.arange(1, people + 1, dtype=np.int64)))
     return out
+
+
+def cpu() -> str:
+    """The CPU as /proc/cpuinfo has it, with family and model, since the name alone may say only "AMD EPYC"."""
+    info: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    return (f"{info.get('model name', '?')} (family {info.get('cpu family', '?')}, model {info.get('model', '?')}), "
+            f"{len(os.sched_getaffinity(0))} cores")
 
 
 def measure(cameras: int, people: int, frames: int) -> dict:
@@ -84,7 +99,7 @@ def measure(cameras: int, people: int, frames: int) -> dict:
     return {"cameras": cameras, "people_per_frame": people, "frames": per_camera * cameras,
             "events": events, "analytics_ms_per_frame": round(analytics_ms, 4),
             "bytetrack_ms_per_frame": round(tracking_ms, 4),
-            "bytetrack_plus_analytics_ms_per_frame": round(both_ms, 4)}
+            "bytetrack_plus_analytics_ms_per_frame": round(both_ms, 4), "cpu": cpu()}
 
 
 def main() -> None:
