@@ -14,7 +14,9 @@ to check the file and warm the workers, is released when the first frames of ano
 its own. Compiled models are cached on disk (``CACHE_DIR``, :func:`openvino_cache_dir`), so a restart, or a size
 compiled again, loads in a fraction of a second instead of compiling.
 
-Precision is OpenVINO's ``INFERENCE_PRECISION_HINT``: ``bf16`` or ``f32``; an INT8 (Q/DQ) model runs as INT8.
+Precision is OpenVINO's ``INFERENCE_PRECISION_HINT``: ``bf16`` or ``f32``; an INT8 (Q/DQ) model runs as INT8,
+its float layers (the stem and decode tail the quantizer keeps in fp32 for accuracy) in ``f32``, not in the bf16
+a bf16 CPU would otherwise pick for them (docs/engines.md, "Precision").
 Outputs are the model's own tensors, copied out of the request (a frame's rows), so they go through the same
 decode as every other backend's.
 
@@ -41,8 +43,8 @@ from app.types import ModelSpec
 
 logger = logging.getLogger(__name__)
 
-HINTS = {"bf16": "bf16", "fp32": "f32", "int8": None}
-"""``engine.precision`` (resolved) → OpenVINO's inference precision hint; None leaves the plugin's default."""
+HINTS = {"bf16": "bf16", "fp32": "f32", "int8": "f32"}
+"""``engine.precision`` (resolved) → OpenVINO's inference precision hint (for INT8: of its float layers)."""
 
 
 def openvino_cache_dir() -> Path:
@@ -106,6 +108,14 @@ class OvEngine(Engine):
     def compiled_sizes(self) -> tuple[tuple[int, int], ...]:
         """The ``(height, width)`` sizes compiled now."""
         return tuple(self._compiled)
+
+    @property
+    def inference_precision(self) -> str:
+        """The float precision the compiled model runs (OpenVINO's ``INFERENCE_PRECISION_HINT``: bf16, f32)."""
+        with self._compile_lock:
+            compiled = next(iter(self._compiled.values()), None)
+        compiled = compiled or self._compile(self._nominal)
+        return compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
 
     def submit(self, frames: Sequence[np.ndarray]) -> InferenceHandle:
         """Engine thread: check the frames, compile their size if new, queue one job per frame."""

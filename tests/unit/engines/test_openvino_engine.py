@@ -90,3 +90,12 @@ def test_warm_up_works_with_a_batch_of_one(tmp_path: Path) -> None:
         assert engine.batch_sizes == (1,)
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize(("precision", "hint"), [("fp32", "f32"), ("int8", "f32")])
+def test_fp32_and_the_float_layers_of_int8_run_in_f32(tmp_path: Path, precision: str, hint: str) -> None:
+    engine = OvEngine(make_model(tmp_path / "tiny.onnx", None), precision, cache_dir=tmp_path / "cache")
+    try:
+        assert engine.inference_precision == hint
+    finally:
+        engine.close()
