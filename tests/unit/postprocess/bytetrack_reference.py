@@ -3,9 +3,10 @@
 A plain re-implementation, one Kalman filter object per track, written for
 reading rather than speed: ``tests/unit/postprocess/test_bytetrack_equivalence.py``
 runs it beside the vectorised :class:`app.postprocess.bytetrack.ByteTracker` on
-generated scenes and asserts both give every detection the same id. It is
-self-contained (its own IoU and matching), so a change to the app module cannot
-change the oracle too.
+generated scenes and asserts both give every detection the same id. Only the
+settings fields come from the app's class; the steps are its own (its own IoU,
+matching and lost-track limit), so a change to the app's algorithm cannot change
+the oracle too.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 import numpy as np
+
+from app.postprocess.bytetrack import ByteTracker as FastTracker
 
 _STD_POSITION = 1.0 / 20
 _STD_VELOCITY = 1.0 / 160
@@ -117,27 +120,12 @@ def _match(cost: np.ndarray, threshold: float) -> tuple[list[tuple[int, int]], l
 
 
 @dataclass
-class ByteTracker:
-    """ByteTrack for one stream. Runs on thread ``detstream.postprocess``; not thread-safe.
+class ByteTracker(FastTracker):
+    """The product's :class:`~app.postprocess.bytetrack.ByteTracker` settings with the per-track state and steps
+    below (the product's own state fields are inherited and left unused)."""
 
-    ``track_activation_threshold``: detections above it can start tracks and are
-    matched first (raise it to avoid tracks on false positives; lower it to
-    track faint objects). ``lost_track_buffer``: frames (at 30 fps) a lost track
-    waits to be found again (longer survives occlusions, but risks id swaps).
-    ``minimum_matching_threshold``: largest fused ``1 - IoU×score`` cost that
-    still matches (higher matches more, more loosely). ``frame_rate`` scales
-    the buffer to the stream.
-    """
-
-    track_activation_threshold: float = 0.25
-    lost_track_buffer: int = 30
-    minimum_matching_threshold: float = 0.8
-    frame_rate: float = 30.0
-    low_score_threshold: float = 0.1
-    frame_id: int = 0
     _tracked: list[_Track] = field(default_factory=list)
     _lost: list[_Track] = field(default_factory=list)
-    _next_id: int = 1
 
     @property
     def max_time_lost(self) -> int:
