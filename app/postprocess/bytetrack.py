@@ -185,7 +185,7 @@ def _match(cost: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray, 
     free_rows, free_cols = np.ones(n, bool), np.ones(m, bool)
     free_rows[rows], free_cols[cols] = False, False
     if len(rows) > n - np.count_nonzero(free_rows) or len(cols) > m - np.count_nonzero(free_cols):
-        from scipy.optimize import linear_sum_assignment  # here: scipy costs ~40 MB, and tracking is optional
+        from scipy.optimize import linear_sum_assignment  # loaded by ByteTracker.__post_init__
 
         rows, cols = linear_sum_assignment(np.where(feasible, cost, threshold + 1e4))
         keep = feasible[rows, cols]
@@ -223,6 +223,11 @@ class ByteTracker:
     _tracks: _Tracks = field(default_factory=lambda: _Tracks.start(np.zeros((0, 4)), 0, np.zeros(0, np.int64)))
     _pool_size: int = 0
     _next_id: int = 1
+
+    def __post_init__(self) -> None:
+        # scipy (~40 MB, a fraction of a second) is loaded when a stream gets a tracker, not on the first
+        # ambiguous match in the middle of a stream, where it would stall the postprocess thread.
+        import scipy.optimize  # noqa: F401
 
     @property
     def max_time_lost(self) -> int:
