@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import socket
-import subprocess
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -20,16 +18,8 @@ from app.pipeline import Pipeline
 from tests.fakes import FixedEngine, MemoryPublisher
 
 
-@pytest.fixture(scope="module")
-def clip(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("clips") / "small.mp4"
-    subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc=size=160x120:rate=25",
-                    "-frames:v", "40", "-c:v", "libx264", "-pix_fmt", "yuv420p", str(path)], check=True, timeout=60)
-    return path
-
-
-def test_mjpeg_pictures_reach_a_client_and_the_server_stops_with_the_stream_open(clip):
-    config = parse_config({"sources": [{"id": "s", "url": str(clip), "loop": True, "realtime": True}],
+def test_mjpeg_pictures_reach_a_client_and_the_server_stops_with_the_stream_open(small_clip):
+    config = parse_config({"sources": [{"id": "s", "url": str(small_clip), "loop": True, "realtime": True}],
                            "engine": {"max_batch": 2, "max_wait_ms": 2}, "publish": {"startup_wait_s": 0}})
     view = ViewSink(lambda: pipeline.spec.class_names, view_fps=10)
     pipeline = Pipeline(config, engine=FixedEngine(), publisher=MemoryPublisher(), sinks=[view])

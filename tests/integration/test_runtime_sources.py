@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,9 @@ from app.pipeline import Pipeline
 from tests.fakes import FixedEngine, MemoryPublisher
 
 
-def _pipeline(clip: Path, max_sources: int = 3) -> tuple[Pipeline, MemoryPublisher]:
+@contextmanager
+def _running(clip: Path, max_sources: int = 3) -> Iterator[tuple[Pipeline, MemoryPublisher]]:
+    """A started pipeline with one lossless ``steady`` source; stopped, joined and closed on the way out."""
     config = parse_config({"sources": [{"id": "steady", "url": str(clip), "loop": True, "realtime": True,
                                         "mode": "file"}],
                            "engine": {"max_batch": 4, "max_wait_ms": 2, "max_sources": max_sources},
@@ -23,7 +27,17 @@ def _pipeline(clip: Path, max_sources: int = 3) -> tuple[Pipeline, MemoryPublish
     publisher = MemoryPublisher()
     pipeline = Pipeline(config, engine=FixedEngine(), publisher=publisher)
     pipeline.start()
-    return pipeline, publisher
+    try:
+        yield pipeline, publisher
+    finally:
+        pipeline.stop()
+        assert pipeline.wait(30)
+        pipeline.close()
+
+
+def _seqs_are_contiguous(publisher: MemoryPublisher, stream: str) -> bool:
+    seqs = [d["seq"] for d in publisher.of(stream)]
+    return seqs == list(range(len(seqs)))
 
 
 def _wait_until(predicate, timeout_s: float = 10.0) -> bool:
@@ -36,8 +50,7 @@ def _wait_until(predicate, timeout_s: float = 10.0) -> bool:
 
 
 def test_an_added_source_runs_and_a_removed_one_ends_as_removed_and_is_forgotten(small_clip):
-    pipeline, publisher = _pipeline(small_clip)
-    try:
+    with _running(small_clip) as (pipeline, publisher):
         added = pipeline.add_source(SourceConfig(id="extra", url=str(small_clip), loop=True, realtime=True))
         assert added.id == "extra"
         assert _wait_until(lambda: len(publisher.of("extra")) >= 5), "the added source publishes within 10 s"
@@ -57,17 +70,11 @@ def test_an_added_source_runs_and_a_removed_one_ends_as_removed_and_is_forgotten
         pipeline.add_source(SourceConfig(id="extra", url=str(small_clip), loop=True, realtime=True))
         assert _wait_until(lambda: pipeline.streams().get("extra") is not None
                            and pipeline.streams()["extra"].published > 0)
-    finally:
-        pipeline.stop()
-        assert pipeline.wait(30)
-        pipeline.close()
-    steady = [d["seq"] for d in publisher.of("steady")]
-    assert steady == list(range(len(steady))), "the steady (lossless) source lost no frame to the changes"
+    assert _seqs_are_contiguous(publisher, "steady"), "the steady (lossless) source lost no frame to the changes"
 
 
 def test_max_fps_changes_without_a_restart_and_other_fields_restart_the_source(small_clip):
-    pipeline, publisher = _pipeline(small_clip)
-    try:
+    with _running(small_clip) as (pipeline, publisher):
         config, restarted = pipeline.update_source("steady", {"max_fps": 5, "max_staleness_ms": 800})
         assert not restarted and config.max_fps == 5 and pipeline.source_configs()["steady"].max_staleness_ms == 800
         before = len(publisher.of("steady"))
@@ -83,10 +90,6 @@ def test_max_fps_changes_without_a_restart_and_other_fields_restart_the_source(s
         assert refused.value.field == "lines[0].classes" and "zoned" not in pipeline.source_configs()
         config, restarted = pipeline.update_source("steady", {"loop": False})
         assert restarted and pipeline.source_configs()["steady"].loop is False
-    finally:
-        pipeline.stop()
-        assert pipeline.wait(30)
-        pipeline.close()
 
 
 ALL = {"name": "all", "points": [[0, 0], [1, 0], [1, 1], [0, 1]], "units": "normalized"}
@@ -98,8 +101,7 @@ def _metrics(pipeline: Pipeline) -> str:
 
 def test_a_zone_replaced_at_runtime_counts_afresh_and_the_old_zones_series_are_removed(small_clip):
     """The fixed engine's box stands inside every zone here: a zone counts an ``enter`` two frames after it starts."""
-    pipeline, publisher = _pipeline(small_clip)
-    try:
+    with _running(small_clip) as (pipeline, publisher):
         pipeline.add_source(SourceConfig(id="zoned", url=str(small_clip), loop=True, realtime=True, mode="file",
                                          zones=[ALL]))
         assert _wait_until(lambda: 'zone="all"' in _metrics(pipeline))
@@ -111,17 +113,11 @@ def test_a_zone_replaced_at_runtime_counts_afresh_and_the_old_zones_series_are_r
         zones = [e["zone"] for e in publisher.of("zoned", "events")]
         assert zones[0] == "all" and set(zones[zones.index("whole"):]) == {"whole"}
         assert pipeline.streams()["zoned"].counts["whole"]["in"] >= 1
-    finally:
-        pipeline.stop()
-        assert pipeline.wait(30)
-        pipeline.close()
-    zoned = [d["seq"] for d in publisher.of("zoned")]
-    assert zoned == list(range(len(zoned))), "the zone change did not restart the source"
+    assert _seqs_are_contiguous(publisher, "zoned"), "the zone change did not restart the source"
 
 
 def test_reload_applies_only_the_difference(small_clip):
-    pipeline, publisher = _pipeline(small_clip)
-    try:
+    with _running(small_clip) as (pipeline, publisher):
         new = pipeline.config.model_dump(mode="json", exclude_unset=True)
         new["sources"] = [{**new["sources"][0], "max_fps": 10}, {"id": "b", "url": str(small_clip), "loop": True}]
         diff = pipeline.reload(parse_config(new))
@@ -141,7 +137,3 @@ def test_reload_applies_only_the_difference(small_clip):
         diff = pipeline.reload(parse_config(new))
         assert diff.removed == ["steady"] and not diff.added
         assert publisher.of("steady", "statuses")[-1]["reason"] == "removed"
-    finally:
-        pipeline.stop()
-        assert pipeline.wait(30)
-        pipeline.close()
