@@ -146,7 +146,12 @@ def expose(camera, *global_options: str) -> Exposure:
             "--duration", str(RUN_S), "--no-progress"]
     for source in secret_sources(camera):
         args += ["--source", source]
-    proc = start_detstream(*args)
+    return observe(raw, metrics_port, *args)
+
+
+def observe(raw: RawFrames, metrics_port: int, *args: str, env: dict | None = None) -> Exposure:
+    """Run ``detstream *args`` for its duration, watching /metrics and the raw frames; what it exposed."""
+    proc = start_detstream(*args, env=env)
     exposure = Exposure()
     try:
         watch(proc, metrics_port, exposure)
@@ -228,14 +233,10 @@ def special_exposure(_gst_rtsp_reason, default_model, tmp_path_factory) -> Expos
                     f"publish:\n  endpoint: tcp://127.0.0.1:{zmq_port}\n")
     env = {"CAM_PW": SPECIAL, "CAM_PW_WRONG": SPECIAL + "x", "CAM_CREDS": f"admin:{SPECIAL}"}
     raw = RawFrames(f"tcp://127.0.0.1:{zmq_port}")
-    proc = start_detstream("--log-level", "DEBUG", "run", str(file), "--metrics-port", str(metrics_port),
-                           "--duration", str(RUN_S), "--no-progress", env=env)
-    exposure = Exposure()
     try:
-        watch(proc, metrics_port, exposure)
+        exposure = observe(raw, metrics_port, "--log-level", "DEBUG", "run", str(file), "--metrics-port",
+                           str(metrics_port), "--duration", str(RUN_S), "--no-progress", env=env)
     finally:
-        exposure.code, exposure.stdout, exposure.stderr = stop_process(proc, timeout_s=15)
-        exposure.frames = raw.stop()
         server.kill()
     check = detstream("--log-level", "DEBUG", "config", "check", str(file), env=env, timeout_s=60)
     exposure.http.append(check.stdout + check.stderr)
