@@ -43,7 +43,7 @@ from app.models.spec import load_model_spec
 from app.models.store.registry import ensure_default_model, resolve_model
 from app.publish.base import Publisher, ResultSink
 from app.publish.zmq import ZmqPublisher
-from app.ring import FrameRing, aligned_empty
+from app.ring import FrameRing
 from app.running_sources import RunningSources
 from app.sources.base import FrameSource, SourceState, SourceStatus
 from app.stages.detect import Detector
@@ -247,21 +247,17 @@ class Pipeline:
     def _build_batcher(self, spec: ModelSpec, engine: Engine) -> Batcher:
         cfg = self.config
         slots, quota = _ring_geometry(cfg, max(engine.batch_sizes))
-        allocator = self._allocator(engine)
-        ring = FrameRing(slots, spec.input_height, spec.input_width, allocator)
+        allocator = engine.host_allocator()  # page-locked slots when the engine copies to a GPU
+        fmt = engine.frame_format
+        ring = FrameRing(slots, spec.input_height, spec.input_width, allocator, fmt)
         # The ring is the one allocation that grows with the stream count, and pageable slots become resident
         # as they are first written (a backlog fills them all): operators size memory limits from this line.
-        logger.info("frame ring: %d slots of 3x%dx%d float32 (%d per stream), %.1f MiB, %s", slots,
-                    spec.input_height, spec.input_width, quota, ring.buffer.nbytes / 2**20,
+        logger.info("frame ring: %d slots of %s %s (%d per stream), %.1f MiB, %s", slots,
+                    "x".join(map(str, fmt.shape(spec.input_height, spec.input_width))), fmt.dtype, quota,
+                    ring.buffer.nbytes / 2**20,
                     "page-locked" if getattr(allocator, "pinned", False) else "pageable (resident once used)")
         return Batcher(ring, cfg.engine.max_batch, cfg.engine.max_wait_ms / 1e3, quota,
                        on_admit=self.metrics.count_decoded, drops=self._ledger)
-
-    @staticmethod
-    def _allocator(engine: Engine):
-        """The engine's allocator (page-locked slots when it copies to a GPU); plain aligned memory otherwise."""
-        allocator = engine.host_allocator()
-        return aligned_empty if allocator is None else allocator
 
     def _total_frames(self, stream_id: str) -> int | None:
         source = self._running.get(stream_id) if self._running is not None else None

@@ -1,9 +1,11 @@
 """Letterboxing a decoded frame straight into a ring slot.
 
 Runs on the decoder thread of each source, so that the engine thread only ever
-sees model-ready tensors. ``cv2.resize`` releases the GIL; the float
-conversion writes into the slot in place, one contiguous channel at a time
-(faster than a transposed multiply, with identical output).
+sees model-ready tensors. ``cv2.resize`` releases the GIL; for a float32
+``(3, H, W)`` slot the float conversion writes into the slot in place, one
+contiguous channel at a time (faster than a transposed multiply, with
+identical output); a uint8 ``(H, W, 3)`` slot (:data:`app.types.UINT8_HWC`,
+for an engine that scales in its graph) takes the resized pixels as they are.
 
 Rectangular inputs. A model whose input height and width are dynamic (our
 converter's yolov3-tiny, Ultralytics ``dynamic=True`` exports) does not need
@@ -20,7 +22,7 @@ import math
 import cv2
 import numpy as np
 
-from app.types import Letterbox
+from app.types import FrameFormat, Letterbox
 
 PAD_VALUE = 114  # the grey YOLO exporters pad with
 
@@ -47,19 +49,28 @@ def fit_input_size(src_width: int, src_height: int, max_width: int, max_height: 
 
 
 def letterbox_into(rgb: np.ndarray, out: np.ndarray, pixel_scale: float = 1.0 / 255.0) -> Letterbox:
-    """Resize ``rgb`` ``(h, w, 3) uint8`` into ``out`` ``(3, H, W) float32``, padded, scaled by ``pixel_scale``.
+    """Resize ``rgb`` ``(h, w, 3) uint8`` into ``out``, padded: a ``(3, H, W) float32`` slot scaled by
+    ``pixel_scale``, or a ``(H, W, 3) uint8`` one as pixels (the engine scales; :meth:`FrameFormat.of`).
 
     ``out`` may be any size (square or a :func:`fit_input_size` rectangle); the frame is fitted inside it
     and centred.
     """
+    fmt = FrameFormat.of(out)
     src_h, src_w = rgb.shape[:2]
-    dst_h, dst_w = out.shape[1:]
+    dst_h, dst_w = fmt.hw(out.shape)
     box = letterbox_geometry(src_w, src_h, dst_w, dst_h)
     new_w, new_h = round(src_w * box.scale), round(src_h * box.scale)
     new_w, new_h = max(1, min(new_w, dst_w)), max(1, min(new_h, dst_h))
     same = (new_w, new_h) == (src_w, src_h)
     resized = rgb if same else cv2.resize(rgb, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
     px, py = int(box.pad_x), int(box.pad_y)
+    if fmt.channels_last:
+        out[:py] = PAD_VALUE
+        out[py + new_h:] = PAD_VALUE
+        out[:, :px] = PAD_VALUE
+        out[:, px + new_w:] = PAD_VALUE
+        out[py:py + new_h, px:px + new_w] = resized
+        return box
     pad = PAD_VALUE * pixel_scale
     # Both sides always: a total padding of one pixel puts 0 on the top/left and 1 on the bottom/right.
     out[:, :py, :] = pad

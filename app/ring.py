@@ -6,7 +6,9 @@ Exactly one thread owns a slot in each state, so the pixels are never copied
 between stages and steady state allocates nothing. Free slots are handed out
 last-in first-out: slots the pipeline never needs at once are never written,
 so their pages never become resident (8 cameras at 5 fps keep a handful of
-their 24 slots busy). The memory comes from an
+their 24 slots busy). A slot holds one frame in the engine's
+:class:`~app.types.FrameFormat`: ``(3, H, W)`` float32 for ONNX Runtime and
+TensorRT, ``(H, W, 3)`` uint8 for OpenVINO. The memory comes from an
 allocator: page-locked (``cudaHostAlloc``) when CUDA is usable, so that H2D
 copies are DMA; 64-byte-aligned numpy otherwise.
 """
@@ -22,7 +24,7 @@ from enum import IntEnum
 import numpy as np
 
 from app.errors import StateError
-from app.types import FrameMeta
+from app.types import FLOAT_CHW, FrameFormat, FrameMeta
 
 Allocator = Callable[[tuple[int, ...]], np.ndarray]
 
@@ -44,16 +46,17 @@ _NEXT_STATE = {
 
 @dataclass(eq=False)
 class Slot:
-    """One preallocated ``(3, H, W) float32`` buffer and the frame it currently holds.
+    """One preallocated frame buffer (in the ring's ``format``) and the frame it currently holds.
 
     ``buffer`` is the whole preallocated slot (the model's largest input);
     ``array`` is the frame's input as the engine sees it: ``buffer`` itself, or
-    a smaller contiguous ``(3, h, w)`` view of its first bytes when the frame
-    was letterboxed to a rectangular input (:meth:`shape_to`).
+    a smaller contiguous ``(3, h, w)`` (``(h, w, 3)``) view of its first bytes
+    when the frame was letterboxed to a rectangular input (:meth:`shape_to`).
     """
 
     index: int
     buffer: np.ndarray
+    format: FrameFormat = FLOAT_CHW
     state: SlotState = SlotState.FREE
     owner: str = ""
     meta: FrameMeta | None = field(default=None, repr=False)
@@ -63,21 +66,24 @@ class Slot:
         self.array = self.buffer
 
     def shape_to(self, height: int, width: int) -> np.ndarray:
-        """Make ``array`` a contiguous ``(3, height, width)`` view of the buffer (runs on the filling thread)."""
-        if self.array.shape[1:] != (height, width):
-            channels, max_h, max_w = self.buffer.shape
+        """Make ``array`` a contiguous ``(3, height, width)`` (``(height, width, 3)``) view of the buffer
+        (runs on the filling thread)."""
+        fmt = self.format
+        if fmt.hw(self.array.shape) != (height, width):
+            max_h, max_w = fmt.hw(self.buffer.shape)
             if height > max_h or width > max_w:
                 raise ValueError(f"slot {self.index}: {height}x{width} does not fit the ring's {max_h}x{max_w} slots")
-            self.array = self.buffer.reshape(-1)[: channels * height * width].reshape(channels, height, width)
+            self.array = self.buffer.reshape(-1)[: 3 * height * width].reshape(fmt.shape(height, width))
         return self.array
 
 
-def aligned_empty(shape: tuple[int, ...], alignment: int = 64) -> np.ndarray:
-    """A float32 array whose data starts on an ``alignment``-byte boundary (SIMD and DMA friendly)."""
-    nbytes = int(np.prod(shape)) * 4
+def aligned_empty(shape: tuple[int, ...], alignment: int = 64, dtype: str = "float32") -> np.ndarray:
+    """An array (float32 unless told) whose data starts on an ``alignment``-byte boundary (SIMD and DMA
+    friendly)."""
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
     raw = np.empty(nbytes + alignment, dtype=np.uint8)
     offset = (-raw.ctypes.data) % alignment
-    return raw[offset:offset + nbytes].view(np.float32).reshape(shape)
+    return raw[offset:offset + nbytes].view(dtype).reshape(shape)
 
 
 class FrameRing:
@@ -87,11 +93,16 @@ class FrameRing:
     (fairness) can be enforced by the batcher.
     """
 
-    def __init__(self, slots: int, height: int, width: int, allocator: Allocator = aligned_empty) -> None:
+    def __init__(self, slots: int, height: int, width: int, allocator: Allocator | None = None,
+                 frame_format: FrameFormat = FLOAT_CHW) -> None:
         if slots < 1:
             raise ValueError(f"FrameRing needs at least one slot, got {slots}")
-        self.buffer = allocator((slots, 3, height, width))
-        self.slots = [Slot(i, self.buffer[i]) for i in range(slots)]
+        shape = (slots, *frame_format.shape(height, width))
+        self.buffer = allocator(shape) if allocator else aligned_empty(shape, dtype=frame_format.dtype)
+        if self.buffer.dtype != np.dtype(frame_format.dtype):
+            raise ValueError(f"FrameRing: the allocator made {self.buffer.dtype} slots for {frame_format.dtype} frames")
+        self.format = frame_format
+        self.slots = [Slot(i, self.buffer[i], frame_format) for i in range(slots)]
         self._free: deque[int] = deque(range(slots))
         self._lock = threading.Lock()
         self._freed = threading.Condition(self._lock)

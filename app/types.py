@@ -22,6 +22,37 @@ LATENCY_STAGES = ("decode", "queue", "infer", "post", "total")
 
 
 @dataclass(frozen=True, slots=True)
+class FrameFormat:
+    """How a letterboxed frame is laid out in its ring slot: what an engine reads.
+
+    :data:`FLOAT_CHW` is the model's own input, ``(3, H, W)`` float32 already scaled by ``ModelSpec.scale``:
+    what ONNX Runtime and TensorRT read. :data:`UINT8_HWC` is the decoded pixels themselves, ``(H, W, 3)``
+    uint8, for an engine that converts, scales and transposes inside its own graph (OpenVINO): a quarter
+    of the bytes, and no float work on the decoder threads.
+    """
+
+    dtype: str
+    channels_last: bool
+
+    def shape(self, height: int, width: int) -> tuple[int, int, int]:
+        """The ``(3, H, W)`` or ``(H, W, 3)`` shape of one frame."""
+        return (height, width, 3) if self.channels_last else (3, height, width)
+
+    def hw(self, shape: tuple[int, ...]) -> tuple[int, int]:
+        """``(height, width)`` of a frame of this format's ``shape``."""
+        return (shape[0], shape[1]) if self.channels_last else (shape[1], shape[2])
+
+    @staticmethod
+    def of(frame: np.ndarray) -> FrameFormat:
+        """The format ``frame`` is in (by its dtype: the two formats differ in both)."""
+        return UINT8_HWC if frame.dtype == np.uint8 else FLOAT_CHW
+
+
+FLOAT_CHW = FrameFormat("float32", channels_last=False)
+UINT8_HWC = FrameFormat("uint8", channels_last=True)
+
+
+@dataclass(frozen=True, slots=True)
 class Letterbox:
     """How a frame was fitted into the model input: ``x_input = x_frame * scale + pad_x``.
 
@@ -50,7 +81,8 @@ class ModelSpec:
     """What the pipeline needs to know about a model, read from the ONNX file (and config overrides).
 
     ``input_height``/``input_width`` are the network input in pixels; input is
-    RGB float32 NCHW, ``pixel * scale`` (1/255 for YOLO). ``static_batch`` is
+    RGB float32 NCHW, ``pixel * scale`` (1/255 for YOLO); an engine may read
+    :data:`UINT8_HWC` frames and do that conversion in its graph. ``static_batch`` is
     the fixed batch dimension of the model, or None when it is dynamic.
     ``dynamic_hw`` is true when the input's height and width are symbolic in
     the ONNX file, so the model runs at any multiple of ``stride`` up to

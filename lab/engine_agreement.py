@@ -36,7 +36,7 @@ def detections(engine_name: str, model: Path, clip: Path, indices: list[int]) ->
     spec = load_model_spec(model)
     engine = create_engine(spec, EngineConfig(backend=backend, precision=precision or "auto", max_batch=1))
     try:
-        inputs, boxes = load_inputs(clip, indices, spec)  # the pipeline's rectangle for this dynamic model
+        inputs, boxes = load_inputs(clip, indices, spec, engine.frame_format)  # the pipeline's rectangle
         return engine.backend, [published(engine.submit([tensor]).wait(), spec, box)
                                 for tensor, box in zip(inputs, boxes, strict=True)]
     finally:

@@ -43,7 +43,8 @@ def load_frames(clip: str, count: int, config: DetstreamConfig, engine: Engine) 
         for frame in container.decode(video=0):
             height, width = fit_input_size(frame.width, frame.height, spec.input_width, spec.input_height,
                                            spec.stride, rect)
-            slot = aligned_empty((3, height, width))
+            fmt = engine.frame_format
+            slot = aligned_empty(fmt.shape(height, width), dtype=fmt.dtype)
             letterbox_into(rgb.convert(frame), slot, spec.scale)
             frames.append(slot)
             if len(frames) >= count:
@@ -77,7 +78,7 @@ def summarize(rounds: list[dict[int, tuple[float, float]]], precision: Precision
                                ms_per_batch=Spread.of([r[size][1] for r in rounds]))
                for size in rounds[0]}
     best = max(batches, key=lambda size: batches[size].fps.median or 0.0)
-    height, width = frames[0].shape[1:]
+    height, width = engine.frame_format.hw(frames[0].shape)
     return ModelOnly(precision=precision, clip=clip, engine=engine.backend, input_hw=(height, width),
                      batches=batches, best_batch=best, best_fps=batches[best].fps)
 

@@ -18,10 +18,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from app.types import ModelSpec
+from app.types import FLOAT_CHW, FrameFormat, ModelSpec
 
 HostAllocator = Callable[[tuple[int, ...]], np.ndarray]
-"""Makes the ring's frame memory: ``shape -> float32 array`` (see :class:`app.ring.FrameRing`)."""
+"""Makes the ring's frame memory: ``shape -> array`` of the engine's :attr:`Engine.frame_format` dtype
+(see :class:`app.ring.FrameRing`)."""
 
 
 class InferenceHandle(ABC):
@@ -54,16 +55,21 @@ class Engine(ABC):
     ``w`` multiples of ``spec.stride``, at most ``spec.input_height`` ×
     ``spec.input_width``, the same for every frame of one call. False (the
     default) means every frame is ``(3, spec.input_height, spec.input_width)``.
+
+    ``frame_format`` is what ``submit`` reads, and so what the ring holds:
+    ``(3, H, W)`` float32 scaled by ``spec.scale`` (the default), or ``(H, W, 3)``
+    uint8 pixels for an engine that does that work in its graph (OpenVINO).
     """
 
     backend: str
     spec: ModelSpec
     batch_sizes: tuple[int, ...]
     accepts_dynamic_hw: bool = False
+    frame_format: FrameFormat = FLOAT_CHW
 
     @abstractmethod
     def submit(self, frames: Sequence[np.ndarray]) -> InferenceHandle:
-        """Start inference on ``frames``, each ``(3, H, W)`` float32 (views into ring slots).
+        """Start inference on ``frames``, each one frame in :attr:`frame_format` (views into ring slots).
 
         The caller keeps the frames unmodified until the returned handle's
         ``wait`` has returned (an engine may read them in place, from other
@@ -98,8 +104,8 @@ class Engine(ABC):
 
     def warmup(self) -> None:
         """Run once on zeros so that the first real frame is not slow (lazy allocations, graph capture)."""
-        zeros = np.zeros((3, self.spec.input_height, self.spec.input_width), np.float32)
-        self.submit([zeros]).wait()
+        fmt = self.frame_format
+        self.submit([np.zeros(fmt.shape(self.spec.input_height, self.spec.input_width), fmt.dtype)]).wait()
 
     def close(self) -> None:  # noqa: B027 - optional hook; engines without resources need nothing
         """Release device memory, contexts and sessions. Idempotent."""

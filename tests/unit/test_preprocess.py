@@ -76,3 +76,13 @@ def test_a_single_row_of_padding_is_written_even_when_it_all_falls_below_the_fra
     assert box.pad_y == 0
     assert np.allclose(out[:, 95, :], PAD_VALUE / 255)
     assert (out >= 0).all()
+
+
+@pytest.mark.parametrize(("src", "dst"), [((768, 576), (320, 416)), ((640, 272), (416, 416)), ((95, 100), (96, 100))])
+def test_a_uint8_slot_gets_the_same_picture_as_pixels_channels_last(src, dst):
+    """The engine that scales in its graph (UINT8_HWC) sees exactly the float slot's picture, times 255."""
+    rgb = np.random.default_rng(1).integers(0, 256, (src[1], src[0], 3), dtype=np.uint8)
+    floats = np.full((3, *dst), -1.0, np.float32)
+    pixels = np.full((*dst, 3), 7, np.uint8)  # what the slot's previous frame left behind
+    assert letterbox_into(rgb, pixels) == letterbox_into(rgb, floats)
+    np.testing.assert_array_equal(pixels.transpose(2, 0, 1), np.round(floats * 255).astype(np.uint8))

@@ -7,6 +7,7 @@ import pytest
 
 from app.errors import StateError
 from app.ring import FrameRing, SlotState, aligned_empty
+from app.types import UINT8_HWC
 
 
 def test_slots_are_views_into_one_aligned_preallocated_buffer():
@@ -95,3 +96,18 @@ def test_a_freed_slot_is_the_next_one_handed_out_so_idle_slots_stay_untouched():
         used.add(slot.index)
         ring.transition(slot, SlotState.FREE)
     assert len(used) == 1
+
+
+def test_a_uint8_ring_holds_channels_last_pixels_and_views_rectangles_from_the_start():
+    ring = FrameRing(2, 8, 12, frame_format=UINT8_HWC)
+    assert ring.buffer.dtype == np.uint8 and ring.buffer.shape == (2, 8, 12, 3)
+    slot = ring.try_acquire("cam")
+    view = slot.shape_to(4, 8)
+    assert view.shape == (4, 8, 3) and view.flags.c_contiguous and np.shares_memory(view, slot.buffer)
+    with pytest.raises(ValueError, match="does not fit"):
+        slot.shape_to(16, 8)
+
+
+def test_an_allocator_of_the_wrong_dtype_is_refused():
+    with pytest.raises(ValueError, match="float32 slots for uint8 frames"):
+        FrameRing(2, 4, 4, aligned_empty, UINT8_HWC)

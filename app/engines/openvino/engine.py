@@ -14,9 +14,15 @@ to check the file and warm the workers, is released when the first frames of ano
 its own. Compiled models are cached on disk (``CACHE_DIR``, :func:`openvino_cache_dir`), so a restart, or a size
 compiled again, loads in a fraction of a second instead of compiling.
 
-Precision is OpenVINO's ``INFERENCE_PRECISION_HINT``: ``bf16`` or ``f32``; an INT8 (Q/DQ) model runs as INT8,
-its float layers (the stem and decode tail the quantizer keeps in fp32 for accuracy) in ``f32``, not in the bf16
-a bf16 CPU would otherwise pick for them (docs/engines.md, "Precision").
+Input: the ring's uint8 ``(H, W, 3)`` pixels (:data:`~app.types.UINT8_HWC`). OpenVINO's PrePostProcessor puts
+the conversion to float, the ``spec.scale`` and the transpose to NCHW into the compiled model, where the CPU
+plugin folds them into the first convolution: the decoder threads skip the float work, the ring is a quarter
+of the size, and under bf16 the first convolution reads exact integer pixels instead of ``k/255`` rounded to
+bf16 (closer to fp32; docs/engines.md, "Precision").
+
+Precision is OpenVINO's ``INFERENCE_PRECISION_HINT``: ``bf16`` or ``f32``. An INT8 (Q/DQ) model runs as INT8,
+its float layers (the stem and decode tail the quantizer keeps in fp32) at the plugin's default: bf16 where the
+CPU has it (the decode tail stays f32 there: the plugin keeps a graph's tail in f32 by itself).
 Outputs are the model's own tensors, copied out of the request (a frame's rows), so they go through the same
 decode as every other backend's.
 
@@ -39,12 +45,13 @@ import numpy as np
 from app.engines.base import Engine, InferenceHandle, dynamic_batch_sizes, first_line
 from app.engines.frame_workers import FrameWorkers, JobHandle
 from app.errors import EngineError, EngineLoadError
-from app.types import ModelSpec
+from app.types import UINT8_HWC, ModelSpec
 
 logger = logging.getLogger(__name__)
 
-HINTS = {"bf16": "bf16", "fp32": "f32", "int8": "f32"}
-"""``engine.precision`` (resolved) → OpenVINO's inference precision hint (for INT8: of its float layers)."""
+HINTS = {"bf16": "bf16", "fp32": "f32"}
+"""``engine.precision`` (resolved) → OpenVINO's inference precision hint; INT8 takes the plugin's default for its
+float layers (bf16 where the CPU computes it)."""
 
 
 def openvino_cache_dir() -> Path:
@@ -67,6 +74,7 @@ class OvEngine(Engine):
     """A model on OpenVINO (see the module docstring); ``precision`` is the resolved one (bf16, fp32, int8)."""
 
     batch_window = False  # every frame runs alone: waiting for company only adds latency
+    frame_format = UINT8_HWC  # pixels; the compiled model converts and scales them (module docstring)
 
     def __init__(self, spec: ModelSpec, precision: str, *, requests: int = 2, device: str = "CPU",
                  threads: int | None = None, cache_dir: Path | None = None, max_batch: int = 8) -> None:
@@ -101,7 +109,7 @@ class OvEngine(Engine):
         nominal = self._compile(self._nominal)
         # One run on this thread before any worker starts: the Python bindings initialise function-local statics
         # on first use while releasing the GIL, and two workers doing that first use at once deadlock.
-        _run(nominal.create_infer_request(), np.zeros((3, *self._shape(nominal)), np.float32))
+        _run(nominal.create_infer_request(), np.zeros(UINT8_HWC.shape(*self._shape(nominal)), np.uint8))
         self._workers: FrameWorkers[OvHandle] = FrameWorkers(self._worker, requests)
 
     @property
@@ -141,7 +149,7 @@ class OvEngine(Engine):
 
     def warmup(self) -> None:
         """Run every worker twice at the nominal size (first runs allocate)."""
-        zeros = np.zeros((3, *self._nominal), np.float32)
+        zeros = np.zeros(UINT8_HWC.shape(*self._nominal), np.uint8)
         count = min(self._workers.count, max(self.batch_sizes))
         for _ in range(2 * self._workers.count // count):
             self._queue([zeros] * count, self._nominal).wait()
@@ -164,7 +172,7 @@ class OvEngine(Engine):
                 raise EngineLoadError(f"openvino cannot read {self.spec.path}: {first_line(error)}") from None
             try:
                 model.reshape({model.inputs[0].any_name: [1, 3, *hw]})
-                compiled = self._core.compile_model(model, self.device, self._properties)
+                compiled = self._core.compile_model(self._takes_pixels(model), self.device, self._properties)
             except Exception as error:
                 raise EngineLoadError(f"openvino cannot compile {self.spec.path} at {hw[1]}x{hw[0]}: "
                                       f"{first_line(error)}") from None
@@ -191,10 +199,24 @@ class OvEngine(Engine):
 
         return run
 
+    def _takes_pixels(self, model: Any) -> Any:
+        """``model`` with its input turned into ``(1, H, W, 3)`` uint8 pixels: convert, scale and transpose in
+        the graph (OpenVINO's PrePostProcessor)."""
+        import openvino as ov
+        from openvino.preprocess import PrePostProcessor
+
+        ppp = PrePostProcessor(model)
+        ppp.input().tensor().set_element_type(ov.Type.u8).set_layout(ov.Layout("NHWC"))
+        steps = ppp.input().preprocess().convert_element_type(ov.Type.f32)
+        if self.spec.scale != 1.0:
+            steps.scale(1.0 / self.spec.scale)
+        ppp.input().model().set_layout(ov.Layout("NCHW"))
+        return ppp.build()
+
     @staticmethod
     def _shape(compiled: Any) -> tuple[int, int]:
-        shape = compiled.inputs[0].get_shape()
-        return int(shape[2]), int(shape[3])
+        shape = compiled.inputs[0].get_shape()  # NHWC
+        return int(shape[1]), int(shape[2])
 
     def _check(self, frames: Sequence[np.ndarray]) -> tuple[int, int]:
         n = len(frames)
@@ -204,20 +226,21 @@ class OvEngine(Engine):
         if any(frame.shape != shape for frame in frames):
             raise ValueError("OvEngine.submit: frames of different shapes in one batch")
         spec = self.spec
-        if len(shape) != 3 or shape[0] != 3:
-            raise ValueError(f"OvEngine.submit: frames must be (3, height, width), got {shape}")
-        height, width = shape[1], shape[2]
+        if len(shape) != 3 or shape[2] != 3 or frames[0].dtype != np.uint8:
+            raise ValueError(f"OvEngine.submit: frames must be (height, width, 3) uint8 pixels, got {shape} "
+                             f"{frames[0].dtype}")
+        height, width = shape[0], shape[1]
         if (height, width) == (spec.input_height, spec.input_width):
             return height, width
         if not (self.accepts_dynamic_hw and 0 < height <= spec.input_height and 0 < width <= spec.input_width
                 and height % spec.stride == 0 and width % spec.stride == 0):
-            raise ValueError(f"OvEngine.submit: frames are {shape}; the model takes (3, {spec.input_height}, "
-                             f"{spec.input_width})" + (f" or multiples of {spec.stride} below" if
+            raise ValueError(f"OvEngine.submit: frames are {shape}; the model takes ({spec.input_height}, "
+                             f"{spec.input_width}, 3)" + (f" or multiples of {spec.stride} below" if
                                                         self.accepts_dynamic_hw else ""))
         return height, width
 
 
 def _run(request: Any, frame: np.ndarray) -> list[np.ndarray]:
     """One frame through ``request``, read in place; its outputs copied out (the request reuses its tensors)."""
-    request.infer({0: np.ascontiguousarray(frame, np.float32)[None]}, share_inputs=True)
+    request.infer({0: np.ascontiguousarray(frame)[None]}, share_inputs=True)
     return [np.array(t.data) for t in request.output_tensors]

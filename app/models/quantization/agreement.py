@@ -24,7 +24,7 @@ from app.models.quantization.calibration import InputFit, decode_frames, evenly_
 from app.models.spec import load_model_spec
 from app.postprocess.yolo import decode_batch
 from app.preprocess import letterbox_into
-from app.types import Detections, Letterbox, ModelSpec
+from app.types import FLOAT_CHW, Detections, FrameFormat, Letterbox, ModelSpec
 
 PUBLISHED = ModelConfig()
 """The pipeline's default model settings: the detections compared are those it would publish."""
@@ -79,12 +79,14 @@ def held_out_indices(total: int, calibration_frames: int, count: int) -> list[in
     return [candidates[i] for i in evenly_spaced(len(candidates), count)]
 
 
-def load_inputs(clip: Path, indices: list[int], spec: ModelSpec) -> tuple[list[np.ndarray], list[Letterbox]]:
-    """Letterboxed ``(3, H, W)`` inputs (at the size the pipeline feeds ``spec``) and their letterboxes."""
+def load_inputs(clip: Path, indices: list[int], spec: ModelSpec,
+                frame_format: FrameFormat = FLOAT_CHW) -> tuple[list[np.ndarray], list[Letterbox]]:
+    """Letterboxed inputs (at the size the pipeline feeds ``spec``, in ``frame_format``: an engine's
+    :attr:`~app.engines.base.Engine.frame_format`) and their letterboxes."""
     fit = InputFit.of(spec)
     inputs, boxes = [], []
     for _, rgb in decode_frames(clip, sorted(indices)):
-        tensor = fit.blank(rgb.shape[1], rgb.shape[0])
+        tensor = fit.blank(rgb.shape[1], rgb.shape[0], frame_format)
         boxes.append(letterbox_into(rgb, tensor, spec.scale))
         inputs.append(tensor)
     return inputs, boxes

@@ -29,7 +29,7 @@ from onnxruntime.quantization import CalibrationDataReader
 from app.errors import ModelError
 from app.preprocess import PAD_VALUE, fit_input_size, letterbox_into
 from app.sources.rgb import RgbConverter
-from app.types import ModelSpec
+from app.types import FLOAT_CHW, FrameFormat, ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -66,15 +66,17 @@ class InputFit:
         """``(height, width)`` of the input for a frame of this size."""
         return fit_input_size(src_width, src_height, self.width, self.height, self.stride, self.rect)
 
-    def blank(self, src_width: int, src_height: int) -> np.ndarray:
-        """A grey ``(3, H, W)`` input for a frame of this size, ready for ``letterbox_into``.
+    def blank(self, src_width: int, src_height: int, frame_format: FrameFormat = FLOAT_CHW) -> np.ndarray:
+        """A grey input for a frame of this size in ``frame_format`` (``(3, H, W)`` float32 unless told),
+        ready for ``letterbox_into``.
 
         Pre-filled because ``letterbox_into`` leaves a lone padding row or
         column unwritten when the padding is one pixel in total (its top/left
         share rounds to 0); left as ``np.empty`` that row is garbage, and one
         huge value ruins a calibrated range.
         """
-        return np.full((3, *self.size(src_width, src_height)), PAD_VALUE * self.scale, np.float32)
+        grey = PAD_VALUE if frame_format.channels_last else PAD_VALUE * self.scale
+        return np.full(frame_format.shape(*self.size(src_width, src_height)), grey, frame_format.dtype)
 
     def letterbox(self, rgb: np.ndarray) -> np.ndarray:
         """``rgb`` ``(h, w, 3) uint8`` letterboxed into a new ``(3, H, W)`` float32 input."""
