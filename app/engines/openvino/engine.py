@@ -23,8 +23,8 @@ bf16 (closer to fp32; docs/engines.md, "Precision").
 Precision is OpenVINO's ``INFERENCE_PRECISION_HINT``: ``bf16`` or ``f32``. An INT8 (Q/DQ) model runs as INT8,
 its float layers (the stem and decode tail the quantizer keeps in fp32) at the plugin's default: bf16 where the
 CPU has it (the decode tail stays f32 there: the plugin keeps a graph's tail in f32 by itself).
-Outputs are the model's own tensors, copied out of the request (a frame's rows), so they go through the same
-decode as every other backend's.
+Outputs are the model's own tensors, each frame's copied out of its request into its row of the batch's arrays
+(allocated per submitted batch), so they go through the same decode as every other backend's.
 
 Threading: ``submit`` runs on the engine thread; ``handle.wait`` on the postprocess thread; ``close`` after the
 engine thread has stopped submitting.
@@ -61,12 +61,15 @@ def openvino_cache_dir() -> Path:
 
 
 class OvHandle(JobHandle):
-    """One submitted batch of frames of size ``hw``: one job per frame, each keeping its own outputs."""
+    """One submitted batch of frames of size ``hw``: one job per frame, each copying its request's outputs
+    into its row of the batch's ``outputs`` (allocated here, one array per model output)."""
 
     __slots__ = ("hw",)
 
-    def __init__(self, what: str, frames: Sequence[np.ndarray], hw: tuple[int, int]) -> None:
-        super().__init__(what, frames, len(frames))
+    def __init__(self, what: str, frames: Sequence[np.ndarray], hw: tuple[int, int], compiled: Any) -> None:
+        outputs = [np.empty((len(frames), *out.get_shape()[1:]), out.get_element_type().to_dtype())
+                   for out in compiled.outputs]
+        super().__init__(what, frames, len(frames), outputs)
         self.hw = hw
 
 
@@ -137,8 +140,7 @@ class OvEngine(Engine):
     def _queue(self, frames: Sequence[np.ndarray], hw: tuple[int, int]) -> OvHandle:
         if self._workers.closed:
             raise EngineError(f"{self.backend}: submit after close")
-        self._compile(hw)
-        handle = OvHandle(self._what, frames, hw)
+        handle = OvHandle(self._what, frames, hw, self._compile(hw))
         self._workers.put(handle, len(frames))
         return handle
 
@@ -195,7 +197,7 @@ class OvEngine(Engine):
             request = requests.get(handle.hw)
             if request is None:
                 request = requests[handle.hw] = compiled[handle.hw].create_infer_request()
-            handle.keep_outputs(job, _run(request, handle.frames[job]))
+            _run(request, handle.frames[job], [out[job] for out in handle.outputs])
 
         return run
 
@@ -240,7 +242,9 @@ class OvEngine(Engine):
         return height, width
 
 
-def _run(request: Any, frame: np.ndarray) -> list[np.ndarray]:
-    """One frame through ``request``, read in place; its outputs copied out (the request reuses its tensors)."""
+def _run(request: Any, frame: np.ndarray, rows: list[np.ndarray] | None = None) -> None:
+    """One frame through ``request``, read in place; its outputs copied into ``rows`` (the request reuses its
+    tensors)."""
     request.infer({0: np.ascontiguousarray(frame)[None]}, share_inputs=True)
-    return [np.array(t.data) for t in request.output_tensors]
+    for row, tensor in zip(rows or [], request.output_tensors, strict=bool(rows)):
+        np.copyto(row, tensor.data[0])
