@@ -1,5 +1,6 @@
 """OpenVINO on the CPU: one static compiled shape per input size vs one dynamic H/W model, and a uint8 HWC input
-with PrePostProcessor (convert, scale, layout inside the graph) vs the float32 CHW input the ring holds today.
+with PrePostProcessor (convert, scale, layout inside the graph, what OvEngine does) vs a float32 CHW input (what the
+ring holds for ONNX Runtime).
 
 Run: ``python lab/openvino_shapes.py [MODEL] [--seconds S]`` (about 6 × S seconds plus compile time). Prints one line
 per variant: frames per second with two infer requests in flight, one per worker thread, as the engine runs them.

@@ -6,8 +6,11 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
 from app.config import parse_config
 from app.pipeline import Pipeline
+from app.types import FLOAT_CHW, UINT8_HWC, FrameFormat
 from tests.conftest import Collector, free_port
 from tests.fakes import FixedEngine, MemoryPublisher, MemorySink
 
@@ -56,7 +59,25 @@ def test_a_publisher_and_a_second_sink_passed_in_receive_every_frame(small_clip)
     assert report.published == {"s": 40} and report.dropped == {"s": 0} and not report.failed
 
 
-def test_the_start_up_log_says_how_much_memory_the_frame_ring_takes(small_clip, caplog):
+class _SeeingEngine(FixedEngine):
+    """FixedEngine that keeps the shape, dtype and mean of every frame it is given, in ``frame_format``."""
+
+    def __init__(self, frame_format: FrameFormat) -> None:
+        super().__init__()
+        self.frame_format = frame_format
+        self.seen: list[tuple[tuple[int, ...], str, float]] = []
+
+    def submit(self, frames):
+        self.seen += [(frame.shape, str(frame.dtype), float(frame.mean())) for frame in frames]
+        return super().submit(frames)
+
+
+@pytest.mark.parametrize(("frame_format", "ring"), [
+    (FLOAT_CHW, "8 slots of 3x64x64 float32 (4 per stream), 0.4 MiB"),
+    (UINT8_HWC, "8 slots of 64x64x3 uint8 (4 per stream), 0.1 MiB"),
+])
+def test_the_ring_holds_frames_as_the_engine_reads_them_and_the_log_says_its_size(small_clip, caplog, frame_format,
+                                                                                  ring):
     import logging
 
     port = free_port()
@@ -64,15 +85,21 @@ def test_the_start_up_log_says_how_much_memory_the_frame_ring_takes(small_clip, 
                            "engine": {"max_batch": 4, "max_wait_ms": 2},
                            "publish": {"endpoint": f"tcp://127.0.0.1:{port}", "startup_wait_s": 0}})
     caplog.set_level(logging.INFO, logger="app.pipeline")
-    pipeline = Pipeline(config, engine=FixedEngine())
+    engine = _SeeingEngine(frame_format)
+    pipeline = Pipeline(config, engine=engine)
     pipeline.start()
     try:
         assert pipeline.wait(60)
     finally:
         pipeline.close()
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("frame ring:")]
-    # two streams, batches of up to 4: two batches' worth, 4 slots per stream, of 3 x 64 x 64 float32 each
-    assert lines == ["frame ring: 8 slots of 3x64x64 float32 (4 per stream), 0.4 MiB, pageable (resident once used)"]
+    # two streams, batches of up to 4: two batches' worth, 4 slots per stream, of 64 x 64 pixels each
+    assert lines == [f"frame ring: {ring}, pageable (resident once used)"]
+    assert len(engine.seen) == 80  # 40 frames per stream
+    shapes = {(shape, dtype) for shape, dtype, _ in engine.seen}
+    assert shapes == {(frame_format.shape(64, 64), frame_format.dtype)}
+    scale = 255 if frame_format is FLOAT_CHW else 1  # pixels as they are, or scaled by 1/255
+    assert all(0 < mean * scale < 255 for _, _, mean in engine.seen)  # a picture, not an empty slot
 
 
 def test_steady_state_allocates_nothing_that_grows_with_frames(small_clip):
