@@ -63,7 +63,16 @@ class HttpServer:
                                 server_header=False)
         logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # its start-up lines repeat ours
         self._server = _Server(config)
-        self._thread = StageThread(self._server.run, "detstream.http")
+        self._failure: BaseException | None = None
+        self._thread = StageThread(self._serve, "detstream.http")
+
+    def _serve(self) -> None:
+        """Runs on ``detstream.http``. uvicorn ends a start-up it cannot bind with ``sys.exit``, the OS error
+        as its context: kept for :meth:`start` to name, instead of escaping the thread."""
+        try:
+            self._server.run()
+        except (SystemExit, OSError) as failure:
+            self._failure = failure.__context__ if isinstance(failure, SystemExit) and failure.__context__ else failure
 
     def start(self) -> None:
         """Bind and serve; raises ConfigError when the address cannot be bound."""
@@ -72,8 +81,9 @@ class HttpServer:
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 self.stop()
+                reason = self._failure.strerror if isinstance(self._failure, OSError) else None
                 raise ConfigError(f"http: cannot serve on {self.settings.host}:{self.settings.port} "
-                                  "(address in use or not available)")
+                                  f"({reason or 'address in use or not available'})")
             time.sleep(0.02)
         logger.info("live page on %s (API under /api)", self.url)
 
