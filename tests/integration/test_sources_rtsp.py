@@ -9,13 +9,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
 from app.config import SourceConfig
 from app.sources import create_source
 from app.sources.backoff import Backoff
-from app.sources.base import SourceState
+from app.sources.base import SourceState, SourceStatus
 from app.sources.pyav import PyAVSource
 from tests.integration.rtsp import DrainedBatcher, StatusLog, dead_port, make_clip, missing_seqs
 from tests.integration.slow_peers import SilentServer, SlowProxy
@@ -47,6 +48,16 @@ class Running:
         status = self.log.wait_state(state, timeout_s, after)
         assert status is not None, f"no {state.value} within {timeout_s} s: {self.log.statuses[-4:]}"
         return status
+
+    def silenced(self, silence: Callable[[], None], timeout_s: float) -> tuple[SourceStatus, float, int]:
+        """Once frames flow: call ``silence`` (the camera stops sending), wait for RECONNECTING; that status,
+        the seconds it took, and how many statuses came before it (for a later ``wait(..., after=)``)."""
+        assert self.sink.wait_count(self.config.id, 5, timeout_s=10)
+        mark = len(self.log.statuses)
+        silenced_at = time.monotonic()
+        silence()
+        status = self.wait(SourceState.RECONNECTING, timeout_s, after=mark)
+        return status, time.monotonic() - silenced_at, mark
 
 
 def rtsp(url: str, stream_id: str = "cam", **kwargs) -> SourceConfig:
@@ -148,12 +159,7 @@ def test_a_sigstopped_server_trips_the_stall_watchdog_and_recovers_after_sigcont
     server = rtsp_server(LIVE)
     config = rtsp(server.url("/cam"), stall_timeout_s=1.5, read_timeout_s=10)
     with Running(config, backoff=no_jitter(0.1)) as run:
-        assert run.sink.wait_count("cam", 5, timeout_s=10)
-        mark = len(run.log.statuses)
-        paused = time.monotonic()
-        server.pause()
-        stalled = run.wait(SourceState.RECONNECTING, 6, after=mark)
-        detected_s = time.monotonic() - paused
+        stalled, detected_s, mark = run.silenced(server.pause, 6)
         assert stalled.error_kind == "timeout"
         time.sleep(0.5)
         server.resume()
@@ -214,12 +220,7 @@ def test_a_camera_silent_after_play_ends_at_the_read_timeout_not_the_open_timeou
     try:
         config = rtsp(proxy.url(), open_timeout_s=30, read_timeout_s=1.0, stall_timeout_s=5.0)
         with Running(config, backoff=no_jitter(5.0)) as run:
-            assert run.sink.wait_count("cam", 5, timeout_s=10)
-            mark = len(run.log.statuses)
-            frozen = time.monotonic()
-            proxy.freeze()
-            status = run.wait(SourceState.RECONNECTING, 8, after=mark)
-            took = time.monotonic() - frozen
+            status, took, _ = run.silenced(proxy.freeze, 8)
     finally:
         proxy.close()
     assert status.error_kind == "timeout" and "no data for 1 s" in status.reason, status
