@@ -62,15 +62,19 @@ def letterbox_into(rgb: np.ndarray, out: np.ndarray, pixel_scale: float = 1.0 / 
     new_w, new_h = round(src_w * box.scale), round(src_h * box.scale)
     new_w, new_h = max(1, min(new_w, dst_w)), max(1, min(new_h, dst_h))
     same = (new_w, new_h) == (src_w, src_h)
-    resized = rgb if same else cv2.resize(rgb, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
     px, py = int(box.pad_x), int(box.pad_y)
-    if fmt.channels_last:
+    if fmt.channels_last:  # pixels: the picture is resized straight into the slot
         out[:py] = PAD_VALUE
         out[py + new_h:] = PAD_VALUE
         out[:, :px] = PAD_VALUE
         out[:, px + new_w:] = PAD_VALUE
-        out[py:py + new_h, px:px + new_w] = resized
+        picture = out[py:py + new_h, px:px + new_w]
+        if same:
+            picture[...] = rgb
+        else:
+            cv2.resize(rgb, (new_w, new_h), dst=picture, interpolation=cv2.INTER_LINEAR)
         return box
+    resized = rgb if same else cv2.resize(rgb, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
     pad = PAD_VALUE * pixel_scale
     # Both sides always: a total padding of one pixel puts 0 on the top/left and 1 on the bottom/right.
     out[:, :py, :] = pad

@@ -15,10 +15,10 @@ its own. Compiled models are cached on disk (``CACHE_DIR``, :func:`openvino_cach
 compiled again, loads in a fraction of a second instead of compiling.
 
 Input: the ring's uint8 ``(H, W, 3)`` pixels (:data:`~app.types.UINT8_HWC`). OpenVINO's PrePostProcessor puts
-the conversion to float, the ``spec.scale`` and the transpose to NCHW into the compiled model, where the CPU
-plugin folds them into the first convolution: the decoder threads skip the float work, the ring is a quarter
-of the size, and under bf16 the first convolution reads exact integer pixels instead of ``k/255`` rounded to
-bf16 (closer to fp32; docs/engines.md, "Precision").
+the conversion to float, the ``spec.scale`` and the transpose to NCHW into the compiled model (the CPU plugin
+runs them as a uint8 transpose and one fused convert-and-scale ahead of the first convolution): the decoder
+threads skip the float work, the ring is a quarter of the size, and under bf16 the first convolution's input
+comes from exact integer pixels (closer to fp32; docs/engines.md, "Precision").
 
 Precision is OpenVINO's ``INFERENCE_PRECISION_HINT``: ``bf16`` or ``f32``. An INT8 (Q/DQ) model runs as INT8,
 its float layers (the stem and decode tail the quantizer keeps in fp32) at the plugin's default: bf16 where the
@@ -112,7 +112,7 @@ class OvEngine(Engine):
         nominal = self._compile(self._nominal)
         # One run on this thread before any worker starts: the Python bindings initialise function-local statics
         # on first use while releasing the GIL, and two workers doing that first use at once deadlock.
-        _run(nominal.create_infer_request(), np.zeros(UINT8_HWC.shape(*self._shape(nominal)), np.uint8))
+        _infer(nominal.create_infer_request(), np.zeros(UINT8_HWC.shape(*self._shape(nominal)), np.uint8))
         self._workers: FrameWorkers[OvHandle] = FrameWorkers(self._worker, requests)
 
     @property
@@ -197,7 +197,9 @@ class OvEngine(Engine):
             request = requests.get(handle.hw)
             if request is None:
                 request = requests[handle.hw] = compiled[handle.hw].create_infer_request()
-            _run(request, handle.frames[job], [out[job] for out in handle.outputs])
+            _infer(request, handle.frames[job])
+            for out, tensor in zip(handle.outputs, request.output_tensors, strict=True):
+                np.copyto(out[job], tensor.data[0])  # the request reuses its tensors: copied into the frame's row
 
         return run
 
@@ -242,9 +244,6 @@ class OvEngine(Engine):
         return height, width
 
 
-def _run(request: Any, frame: np.ndarray, rows: list[np.ndarray] | None = None) -> None:
-    """One frame through ``request``, read in place; its outputs copied into ``rows`` (the request reuses its
-    tensors)."""
+def _infer(request: Any, frame: np.ndarray) -> None:
+    """One frame through ``request``, read in place; its outputs stay in the request's tensors."""
     request.infer({0: np.ascontiguousarray(frame)[None]}, share_inputs=True)
-    for row, tensor in zip(rows or [], request.output_tensors, strict=bool(rows)):
-        np.copyto(row, tensor.data[0])
