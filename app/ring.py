@@ -46,7 +46,8 @@ _NEXT_STATE = {
 
 @dataclass(eq=False)
 class Slot:
-    """One preallocated frame buffer (in the ring's ``format``) and the frame it currently holds.
+    """One preallocated frame buffer (in the ring's :class:`~app.types.FrameFormat`, told by its dtype) and the
+    frame it currently holds.
 
     ``buffer`` is the whole preallocated slot (the model's largest input);
     ``array`` is the frame's input as the engine sees it: ``buffer`` itself, or
@@ -56,7 +57,6 @@ class Slot:
 
     index: int
     buffer: np.ndarray
-    format: FrameFormat = FLOAT_CHW
     state: SlotState = SlotState.FREE
     owner: str = ""
     meta: FrameMeta | None = field(default=None, repr=False)
@@ -68,7 +68,7 @@ class Slot:
     def shape_to(self, height: int, width: int) -> np.ndarray:
         """Make ``array`` a contiguous ``(3, height, width)`` (``(height, width, 3)``) view of the buffer
         (runs on the filling thread)."""
-        fmt = self.format
+        fmt = FrameFormat.of(self.buffer)
         if fmt.hw(self.array.shape) != (height, width):
             max_h, max_w = fmt.hw(self.buffer.shape)
             if height > max_h or width > max_w:
@@ -101,8 +101,7 @@ class FrameRing:
         self.buffer = allocator(shape) if allocator else aligned_empty(shape, dtype=frame_format.dtype)
         if self.buffer.dtype != np.dtype(frame_format.dtype):
             raise ValueError(f"FrameRing: the allocator made {self.buffer.dtype} slots for {frame_format.dtype} frames")
-        self.format = frame_format
-        self.slots = [Slot(i, self.buffer[i], frame_format) for i in range(slots)]
+        self.slots = [Slot(i, self.buffer[i]) for i in range(slots)]
         self._free: deque[int] = deque(range(slots))
         self._lock = threading.Lock()
         self._freed = threading.Condition(self._lock)
