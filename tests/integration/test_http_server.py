@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -38,13 +39,9 @@ def test_mjpeg_pictures_reach_a_client_and_the_server_stops_with_the_stream_open
                 if parts >= 3 or time.monotonic() > deadline:
                     break
         assert parts >= 3 and b"\xff\xd8" in buffer
-        ended: list[BaseException] = []
-
         def hold_a_stream_open() -> None:  # the server cuts it when it stops: that is the end this test wants
-            try:
+            with contextlib.suppress(httpx.HTTPError):
                 httpx.get(server.url + "api/sources/s/stream.mjpg", timeout=3)
-            except httpx.HTTPError as cut:
-                ended.append(cut)
 
         opened = threading.Thread(target=hold_a_stream_open, daemon=True)
         opened.start()
@@ -58,7 +55,7 @@ def test_mjpeg_pictures_reach_a_client_and_the_server_stops_with_the_stream_open
         view.close()
     assert time.monotonic() - started < 8, "an open picture stream does not hold the stop"
     opened.join(5)
-    assert not opened.is_alive() and len(ended) <= 1  # the open stream ended with the server, not left hanging
+    assert not opened.is_alive()  # the open stream ended with the server (cut or closed), not left hanging
 
 
 def test_a_busy_port_is_a_config_error_naming_the_address():
